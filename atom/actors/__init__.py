@@ -1,0 +1,1 @@
+"""Every task and channel: the engine, the Batcher, request actors, choice streams, the logger."""

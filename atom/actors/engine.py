@@ -1,0 +1,114 @@
+"""Engine: the actor tree under the app — the RequestLogger, then the model load, then the Batcher.
+
+`run` reports started at once so the server answers /health with 503 while the
+model loads. If loading fails or the Batcher dies, every pending request gets
+an error and `on_fatal` stops the process loudly (no hung requests).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from atom.actors.batcher import Batcher
+from atom.actors.bus import Clock, EventBus
+from atom.actors.logger import RequestLogger
+from atom.config import Settings
+from atom.errors import EngineFailed
+from atom.metrics import Metrics
+from atom.model.runner import Runtime
+from atom.model.scheduler import Scheduler
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCore:
+    """What request actors and routes use once the model is loaded."""
+
+    bus: EventBus
+    batcher: Batcher
+    tokenizer: Any
+    clock: Clock
+    max_model_len: int
+
+
+def terminate_process() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        load: Callable[[Settings], Runtime],
+        *,
+        clock: Clock = time.time,
+        on_fatal: Callable[[], None] = terminate_process,
+    ) -> None:
+        self.settings = settings
+        self._load = load
+        self._clock = clock
+        self._on_fatal = on_fatal
+        self.bus = EventBus(clock)
+        self.metrics = Metrics()
+        self.bus.subscribe(self.metrics.apply)
+        self.core: EngineCore | None = None
+        self.created = int(clock())
+
+    @property
+    def is_ready(self) -> bool:
+        return self.core is not None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.settings.request_log:
+                logger = RequestLogger(self.settings.request_log)
+                await nursery.start(logger.run)
+                self.bus.subscribe(logger.log_nowait)
+            task_status.started()
+            try:
+                runtime = await trio.to_thread.run_sync(self._load, self.settings)
+            except Exception:
+                log.critical("model_load_failed", model=self.settings.model, exc_info=True)
+                self._on_fatal()
+                return
+            await self._serve(runtime)
+
+    async def _serve(self, runtime: Runtime) -> None:
+        s = self.settings
+        scheduler = Scheduler(
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            eos_token_ids=runtime.runner.eos_token_ids,
+            max_model_len=runtime.max_model_len,
+        )
+        batcher = Batcher(
+            runtime.runner,
+            scheduler,
+            publish=self.bus.publish,
+            max_queued_requests=s.max_queued_requests,
+        )
+        self.core = EngineCore(
+            bus=self.bus,
+            batcher=batcher,
+            tokenizer=runtime.tokenizer,
+            clock=self._clock,
+            max_model_len=runtime.max_model_len,
+        )
+        log.info("engine_ready", max_model_len=runtime.max_model_len, max_num_seqs=s.max_num_seqs)
+        try:
+            await batcher.run()
+        except Exception:
+            log.critical("batcher_died", exc_info=True)
+            batcher.fail_all(EngineFailed("the engine failed; the server is shutting down"))
+            self._on_fatal()
+        finally:
+            batcher.fail_all(EngineFailed("the server is shutting down"))

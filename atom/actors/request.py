@@ -1,0 +1,205 @@
+"""RequestActor: one generation request, from the Batcher's tokens to the bytes on the wire.
+
+Its nursery runs a disconnect watcher (owns ASGI `receive`; cancels the actor
+when the client goes away), a router (Outbox → the choice streams), one
+ChoiceStream per choice, and a writer (owns ASGI `send`; publishes each event,
+renders it with atom.wire and sends it). Leaving early for any reason aborts the
+request in the Batcher from `finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+import trio
+
+from atom.actors.choice import ChoiceStream
+from atom.actors.engine import EngineCore
+from atom.actors.outbox import Outbox
+from atom.errors import AtomError, EngineFailed
+from atom.events import (
+    Abort,
+    ChoiceFinished,
+    ClientDisconnected,
+    Event,
+    RequestAborted,
+    RequestAccepted,
+    RequestCompleted,
+    RequestFailed,
+    RequestReceived,
+    Submit,
+)
+from atom.text.choice import ChoiceText
+from atom.wire import Output, renderer_for
+
+ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationRequest:
+    """A validated request: what was received and what to ask of the Batcher."""
+
+    received: RequestReceived
+    submit: Submit
+
+
+class RequestActor:
+    def __init__(
+        self, core: EngineCore, request: GenerationRequest, *, receive: ASGIReceive, send: ASGISend
+    ) -> None:
+        self._core = core
+        self._request = request
+        self._receive = receive
+        self._send = send
+        self._renderer = renderer_for(request.received)
+        self._outbox = Outbox()
+        self._has_headers = False
+        self._is_done = False
+        self._received_at = 0.0
+        self._first_token_at: float | None = None
+        self._last_token_at = 0.0
+        self._num_tokens: dict[int, int] = {}
+
+    @property
+    def request_id(self) -> str:
+        return self._request.received.request_id
+
+    async def run(self) -> None:
+        """Serve the request to the end, the client's disconnect or an error."""
+        with structlog.contextvars.bound_contextvars(request_id=self.request_id):
+            self._received_at = self._core.bus.publish(self._request.received).at
+            failure: AtomError | None = None
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._watch_disconnect, nursery.cancel_scope)
+                    await self._generate()
+                    nursery.cancel_scope.cancel()  # the response is complete
+            except* AtomError as group:
+                failure = group.exceptions[0]  # type: ignore[assignment]
+            except* Exception as group:
+                log.exception("request_crashed", exc_info=group.exceptions[0])
+                failure = EngineFailed("internal error while serving the request")
+            finally:
+                if not self._is_done and failure is None:
+                    self._release("client_disconnected")
+                    self._core.bus.publish(
+                        RequestAborted(request_id=self.request_id, reason="client_disconnected")
+                    )
+            if failure is not None:
+                await self._fail(failure)
+
+    async def _generate(self) -> None:
+        submit = self._request.submit
+        self._core.batcher.submit_nowait(submit, self._outbox)
+        # Published before any checkpoint, so it precedes the Batcher's RequestScheduled.
+        accepted = RequestAccepted(
+            request_id=self.request_id,
+            prompt_ids=submit.prompt_ids,
+            params=submit.params,
+            num_choices=submit.num_choices,
+        )
+        await self._emit(accepted)
+        to_writer, from_choices = trio.open_memory_channel[Event](math.inf)
+        async with trio.open_nursery() as nursery, to_writer:
+            inboxes = {}
+            for idx in range(submit.num_choices):
+                to_choice, inbox = trio.open_memory_channel[Any](math.inf)
+                inboxes[idx] = to_choice
+                text = ChoiceText(self._core.tokenizer, stop=submit.params.stop)
+                stream = ChoiceStream(request_id=self.request_id, choice_idx=idx, text=text)
+                run = partial(stream.run, on_stop_string=self._stop_choice)
+                nursery.start_soon(run, inbox, to_writer.clone())
+            nursery.start_soon(self._route, inboxes)
+            nursery.start_soon(self._write, from_choices)
+
+    async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
+        """Outbox → choice streams. A stream that stopped early drops what still arrives."""
+        try:
+            while batch := await self._outbox.receive_batch():
+                if self._first_token_at is None:
+                    self._first_token_at = batch[0].at
+                self._last_token_at = batch[-1].at
+                for envelope in batch:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        inboxes[envelope.event.choice_idx].send_nowait(envelope)  # type: ignore[attr-defined]
+        finally:
+            for channel in inboxes.values():
+                channel.close()
+
+    async def _write(self, inbox: trio.MemoryReceiveChannel[Event]) -> None:
+        async with inbox:
+            async for event in inbox:
+                if isinstance(event, ChoiceFinished):
+                    self._num_tokens[event.choice_idx] = event.num_tokens
+                await self._emit(event)
+        await self._emit(self._completed())
+        self._is_done = True
+
+    def _completed(self) -> RequestCompleted:
+        first = self._first_token_at or self._received_at
+        longest = max(self._num_tokens.values(), default=0)
+        return RequestCompleted(
+            request_id=self.request_id,
+            prompt_tokens=len(self._request.submit.prompt_ids),
+            completion_tokens=sum(self._num_tokens.values()),
+            ttft_s=first - self._received_at,
+            tpot_s=(self._last_token_at - first) / (longest - 1) if longest > 1 else 0.0,
+            latency_s=self._core.clock() - self._received_at,
+        )
+
+    async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self._core.bus.publish(ClientDisconnected(request_id=self.request_id))
+        cancel_scope.cancel()
+
+    def _stop_choice(self, choice_idx: int) -> None:
+        self._core.batcher.abort_nowait(
+            Abort(request_id=self.request_id, choice_idx=choice_idx, reason="stop_string")
+        )
+
+    def _release(self, reason: str) -> None:
+        """Tell the Batcher to drop whatever it still holds of this request."""
+        self._outbox.abandon()
+        if not self._outbox.is_closed:
+            self._core.batcher.abort_nowait(Abort(request_id=self.request_id, reason=reason))
+
+    async def _fail(self, error: AtomError) -> None:
+        self._release("failed")
+        event = RequestFailed(
+            request_id=self.request_id,
+            status=error.status,
+            message=error.message,
+            error_type=error.error_type,
+            param=error.param,
+            code=error.code,
+        )
+        with trio.move_on_after(5):  # a vanished client must not hold us
+            await self._emit(event)
+
+    async def _emit(self, event: Event) -> None:
+        self._core.bus.publish(event)
+        output = self._renderer.feed(event)
+        if output is not None:
+            await self._send_output(output)
+
+    async def _send_output(self, output: Output) -> None:
+        if not self._has_headers:
+            self._has_headers = True
+            headers = [(b"content-type", output.content_type.encode())]
+            if output.content_type == "text/event-stream":
+                headers.append((b"cache-control", b"no-cache"))
+            await self._send(
+                {"type": "http.response.start", "status": output.status, "headers": headers}
+            )
+        await self._send(
+            {"type": "http.response.body", "body": output.body, "more_body": not output.is_final}
+        )

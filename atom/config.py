@@ -1,0 +1,66 @@
+"""Settings: one frozen record; `atom serve --flag` and `ATOM_FLAG` map onto the same fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Server settings. `model=None` serves the embedded default model."""
+
+    model: str | None = None
+    served_model_name: str | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    max_queued_requests: int = 256
+    max_n: int = 16
+    request_log: str | None = None
+    cache_dir: str = str(Path.home() / ".cache" / "atom")
+    device: str | None = None
+    dtype: str | None = None
+    num_threads: int | None = None
+    log_level: str = "info"
+
+    @property
+    def model_name(self) -> str:
+        """The name clients use in `model`; defaults to a readable name of the model."""
+        if self.served_model_name:
+            return self.served_model_name
+        if self.model is None:
+            return DEFAULT_MODEL_NAME
+        return Path(self.model.rstrip("/")).name.removesuffix(".gguf")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read `ATOM_<FIELD>` variables; unset ones keep their defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"ATOM_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f, raw)
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The `ATOM_*` variables that reproduce these settings (for hypercorn's import)."""
+        return {
+            f"ATOM_{f.name.upper()}": str(getattr(self, f.name))
+            for f in fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = str(f.type)
+    if kind.startswith("int"):
+        return int(raw)
+    return raw

@@ -1,0 +1,207 @@
+"""The vocabulary: frozen commands and events, each with a stable snake_case type tag.
+
+Commands are imperative (the Batcher is asked to do something); events are past
+tense (something happened). The request log is the event stream as JSONL, so
+every field here is plain data: ints, floats, strings, tuples and dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat.completions"
+    COMPLETIONS = "completions"
+
+
+_REGISTRY: dict[str, type[Event]] = {}
+
+
+def _tagged(tag: str):  # type: ignore[no-untyped-def]
+    """Class decorator: give a record its stable wire tag and register it for decoding."""
+
+    def wrap(cls):  # type: ignore[no-untyped-def]
+        cls.type = tag
+        _REGISTRY[tag] = cls
+        return cls
+
+    return wrap
+
+
+def event_class(tag: str) -> type[Event]:
+    """The record class for a wire tag; KeyError for an unknown tag."""
+    return _REGISTRY[tag]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """Effective sampling settings of one request (defaults already applied)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    max_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    seed: int = 0
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every command and event; `type` is the stable wire tag."""
+
+    type: ClassVar[str] = "event"
+    request_id: str
+
+
+# --- commands to the Batcher ------------------------------------------------
+
+
+@_tagged("submit")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submit(Event):
+    """Ask the Batcher to generate `num_choices` sequences from one prompt."""
+
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    num_choices: int = 1
+
+
+@_tagged("abort")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abort(Event):
+    """Ask the Batcher to drop a request, or only one choice of it (`choice_idx`)."""
+
+    choice_idx: int | None = None
+    reason: str = "aborted"
+
+
+# --- events of the request actor --------------------------------------------
+
+
+@_tagged("request_received")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestReceived(Event):
+    """A generation request passed validation. `body` is the client's JSON body."""
+
+    endpoint: Endpoint
+    model: str
+    created: int
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+@_tagged("request_accepted")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAccepted(Event):
+    """The Batcher's inbox took the request: rendered prompt and effective params."""
+
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    num_choices: int
+
+
+@_tagged("text_delta")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta(Event):
+    """New output text of one choice, after detokenization and stop-string hold-back."""
+
+    choice_idx: int
+    text: str
+
+
+@_tagged("choice_finished")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceFinished(Event):
+    """One choice ended; `num_tokens` counts the completion tokens it used."""
+
+    choice_idx: int
+    finish_reason: FinishReason
+    num_tokens: int
+
+
+@_tagged("request_completed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestCompleted(Event):
+    """Every choice ended and the response was sent; usage and latency figures."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    tpot_s: float
+    latency_s: float
+
+
+@_tagged("client_disconnected")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientDisconnected(Event):
+    """The client closed the connection before the response was complete."""
+
+
+@_tagged("request_aborted")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAborted(Event):
+    """The request ended without a complete response (disconnect, shutdown)."""
+
+    reason: str
+
+
+@_tagged("request_failed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFailed(Event):
+    """The request ended with an error; the fields are the OpenAI error body."""
+
+    status: int
+    message: str
+    error_type: str
+    param: str | None = None
+    code: str | None = None
+
+
+# --- events of the Batcher --------------------------------------------------
+
+
+@_tagged("request_scheduled")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestScheduled(Event):
+    """The Batcher admitted the request's sequences into the running batch."""
+
+    num_running: int
+
+
+@_tagged("tokens_sampled")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokensSampled(Event):
+    """One step's sampled tokens for one choice; `finish_reason` when the sequence ended."""
+
+    choice_idx: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None = None
+
+
+@_tagged("request_released")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestReleased(Event):
+    """The Batcher holds nothing of the request any more (finished or aborted)."""
+
+    was_scheduled: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """An event as published: its position in the stream and the injected clock's time."""
+
+    seq: int
+    at: float
+    event: Event

@@ -1,0 +1,19 @@
+"""The OpenAI HTTP surface. `app` is what `hypercorn -k trio atom.http:app` serves;
+it reads its settings from `ATOM_*` environment variables."""
+
+from __future__ import annotations
+
+import os
+
+# Idle OpenMP threads must not spin against the event loop's thread (see DESIGN).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from atom.config import Settings
+from atom.http.app import AtomApp, create_app
+from atom.logs import configure_logging
+
+_settings = Settings.from_env()
+configure_logging(_settings.log_level)
+app: AtomApp = create_app(_settings)
+
+__all__ = ["AtomApp", "app", "create_app"]

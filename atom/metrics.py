@@ -1,0 +1,141 @@
+"""Prometheus metrics as a projection of the event stream (vLLM's names, `atom:` prefix)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass, field
+
+from atom.events import (
+    ChoiceFinished,
+    Envelope,
+    RequestAborted,
+    RequestAccepted,
+    RequestCompleted,
+    RequestFailed,
+    RequestReceived,
+    RequestReleased,
+    RequestScheduled,
+    TokensSampled,
+)
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+               2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+               50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    num: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets) + 1)
+        self.counts[bisect_left(self.buckets, value)] += 1
+        self.total += value
+        self.num += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        counts = self.counts or [0] * (len(self.buckets) + 1)
+        out, running = [], 0
+        for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
+            running += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
+        out.append(f"{name}_sum{{{labels}}} {self.total!r}")
+        out.append(f"{name}_count{{{labels}}} {self.num}")
+        return out
+
+
+class Metrics:
+    """Folds envelopes (a bus subscriber); `render` gives the Prometheus text."""
+
+    def __init__(self) -> None:
+        self.num_running = 0
+        self.num_waiting = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.success = Counter[str]()
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self._received_at: dict[str, float] = {}
+        self._last_token_at: dict[tuple[str, int], float] = {}
+        self._has_token: set[str] = set()
+
+    def apply(self, envelope: Envelope) -> None:
+        event, at = envelope.event, envelope.at
+        rid = event.request_id
+        if isinstance(event, RequestReceived):
+            self._received_at[rid] = at
+        elif isinstance(event, RequestAccepted):
+            self.num_waiting += 1
+            self.prompt_tokens += len(event.prompt_ids)
+        elif isinstance(event, RequestScheduled):
+            self.num_waiting -= 1
+            self.num_running += 1
+        elif isinstance(event, TokensSampled):
+            self._on_tokens(event, at)
+        elif isinstance(event, ChoiceFinished):
+            self.success[event.finish_reason.value] += 1
+        elif isinstance(event, RequestReleased):
+            self._on_released(event)
+        elif isinstance(event, RequestCompleted):
+            self.e2e.observe(at - self._received_at.pop(rid, at))
+        elif isinstance(event, RequestFailed | RequestAborted):
+            self._received_at.pop(rid, None)
+
+    def _on_tokens(self, event: TokensSampled, at: float) -> None:
+        rid, key = event.request_id, (event.request_id, event.choice_idx)
+        self.generation_tokens += len(event.token_ids)
+        if rid not in self._has_token:
+            self._has_token.add(rid)
+            self.ttft.observe(at - self._received_at.get(rid, at))
+        previous = self._last_token_at.get(key)
+        if previous is not None:
+            self.itl.observe(at - previous)
+        self._last_token_at[key] = at
+        if event.finish_reason is not None:
+            del self._last_token_at[key]
+
+    def _on_released(self, event: RequestReleased) -> None:
+        if event.was_scheduled:
+            self.num_running -= 1
+        else:
+            self.num_waiting -= 1
+        self._has_token.discard(event.request_id)
+        for key in [k for k in self._last_token_at if k[0] == event.request_id]:
+            del self._last_token_at[key]
+
+    def render(self, model_name: str) -> str:
+        labels = f'model_name="{model_name}"'
+        lines = [
+            *_sample("num_requests_running", "gauge", labels, self.num_running),
+            *_sample("num_requests_waiting", "gauge", labels, self.num_waiting),
+            *_sample("prompt_tokens_total", "counter", labels, self.prompt_tokens),
+            *_sample("generation_tokens_total", "counter", labels, self.generation_tokens),
+            "# TYPE atom:request_success_total counter",
+        ]
+        for reason in ("stop", "length", *sorted(set(self.success) - {"stop", "length"})):
+            lines.append(
+                f'atom:request_success_total{{{labels},finished_reason="{reason}"}} '
+                f"{self.success[reason]}"
+            )
+        for name, hist in (
+            ("time_to_first_token_seconds", self.ttft),
+            ("inter_token_latency_seconds", self.itl),
+            ("e2e_request_latency_seconds", self.e2e),
+        ):
+            lines.append(f"# TYPE atom:{name} histogram")
+            lines.extend(hist.lines(f"atom:{name}", labels))
+        return "\n".join(lines) + "\n"
+
+
+def _sample(name: str, kind: str, labels: str, value: int) -> list[str]:
+    return [f"# TYPE atom:{name} {kind}", f"atom:{name}{{{labels}}} {value}"]

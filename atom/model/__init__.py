@@ -1,0 +1,1 @@
+"""Synchronous engine parts the Batcher calls: runner, sampling, weight loading."""

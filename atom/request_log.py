@@ -1,0 +1,100 @@
+"""The request log's JSONL codec: one envelope per line, `{"v":1,"seq","at","type",...}`.
+
+Events are frozen dataclasses of plain data, so encoding is generic: tuples
+become lists, enums their values, nested records objects. Decoding reverses it
+by the record's type hints. docs/request-log.md documents every type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Iterable, Iterator
+from enum import Enum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from atom.events import Envelope, event_class
+
+SCHEMA_VERSION = 1
+
+
+def encode(envelope: Envelope) -> str:
+    """One JSON line (no newline) for `envelope`."""
+    head = {"v": SCHEMA_VERSION, "seq": envelope.seq, "at": envelope.at}
+    event = envelope.event
+    payload = {"type": event.type, **_plain(event)}
+    return json.dumps({**head, **payload}, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(line: str) -> Envelope:
+    """Parse one line back into its envelope; ValueError on an unknown version or type."""
+    raw = json.loads(line)
+    if raw.pop("v", None) != SCHEMA_VERSION:
+        raise ValueError(f"unsupported request-log version in: {line[:80]}")
+    seq, at, tag = raw.pop("seq"), raw.pop("at"), raw.pop("type")
+    try:
+        cls = event_class(tag)
+    except KeyError:
+        raise ValueError(f"unknown event type {tag!r}") from None
+    return Envelope(seq=seq, at=at, event=_build(cls, raw))
+
+
+def read_log(path: str | Path) -> Iterator[Envelope]:
+    """Every envelope of a log file in order; a torn last line (a crash) is skipped."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for idx, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield decode(line)
+        except json.JSONDecodeError:
+            if idx < len(lines) - 1 and any(rest.strip() for rest in lines[idx + 1 :]):
+                raise
+            return
+
+
+def encode_all(envelopes: Iterable[Envelope]) -> str:
+    return "".join(encode(e) + "\n" for e in envelopes)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _build(cls: type, raw: dict[str, Any]) -> Any:
+    hints = _hints(cls)
+    return cls(**{name: _convert(hints[name], value) for name, value in raw.items()})
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin is tuple:
+        return tuple(_convert(args[0], v) for v in value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    return value

@@ -1,0 +1,1 @@
+"""Per-choice text work: incremental detokenization, stop strings, prompt rendering."""

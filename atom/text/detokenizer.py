@@ -1,0 +1,52 @@
+"""Incremental detokenization that never splits a multi-byte character.
+
+Decoding token by token breaks on byte-level BPE (a character may span tokens)
+and on tokenizers that add a leading space when a piece is decoded alone. So
+each step decodes a short window of recent tokens twice — with and without
+the new ones — and emits the difference, holding back text that still ends in
+an incomplete character (U+FFFD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+# How many already-emitted tokens to re-decode as left context of the new ones.
+_CONTEXT_TOKENS = 6
+
+
+class Decoder(Protocol):
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """Feed token ids as they are sampled; get back the new text. Mutates itself only."""
+
+    def __init__(self, decoder: Decoder, *, skip_special_tokens: bool = True) -> None:
+        self._decoder = decoder
+        self._skip = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # start of the context window
+        self._read_offset = 0  # tokens before this are emitted
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """Append tokens; return the text they complete (empty while a character is split)."""
+        self._ids.extend(token_ids)
+        before = self._decode(self._prefix_offset, self._read_offset)
+        after = self._decode(self._prefix_offset, len(self._ids))
+        if after.endswith("\ufffd") or len(after) <= len(before):
+            return ""
+        self._prefix_offset = max(self._read_offset, len(self._ids) - _CONTEXT_TOKENS)
+        self._read_offset = len(self._ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is still held back, replacement characters included (end of the choice)."""
+        before = self._decode(self._prefix_offset, self._read_offset)
+        after = self._decode(self._prefix_offset, len(self._ids))
+        self._prefix_offset = self._read_offset = len(self._ids)
+        return after[len(before) :]
+
+    def _decode(self, start: int, end: int) -> str:
+        return self._decoder.decode(self._ids[start:end], skip_special_tokens=self._skip)

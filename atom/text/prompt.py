@@ -1,0 +1,26 @@
+"""Prompt rendering: chat messages through the model's chat template, or plain text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+    """Token ids of `messages` rendered by the chat template, with the generation prompt.
+
+    Raises ValueError when the template rejects the conversation.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this model has no chat template; use /v1/completions")
+    try:
+        ids = tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    except Exception as exc:  # jinja raises its own TemplateError types
+        raise ValueError(f"the chat template rejected the messages: {exc}") from exc
+    return tuple(int(i) for i in ids)
+
+
+def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool = True) -> tuple[int, ...]:
+    return tuple(int(i) for i in tokenizer.encode(text, add_special_tokens=add_special_tokens))

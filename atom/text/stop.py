@@ -1,0 +1,54 @@
+"""Stop strings with hold-back: text that could be the start of a stop string waits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopResult:
+    text: str  # safe to emit now
+    is_stopped: bool  # a stop string was found; nothing after it is ever emitted
+
+
+class StopMatcher:
+    """Feed text pieces; emits what cannot be part of a stop string. The stop string itself
+    never appears in the output."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._stop = tuple(s for s in stop if s)
+        self._held = ""
+        self.is_stopped = False
+
+    def push(self, text: str) -> StopResult:
+        if self.is_stopped:
+            return StopResult(text="", is_stopped=True)
+        buffer = self._held + text
+        hit = self._first_hit(buffer)
+        if hit is not None:
+            self.is_stopped = True
+            self._held = ""
+            return StopResult(text=buffer[:hit], is_stopped=True)
+        keep = self._partial_suffix_len(buffer)
+        self._held = buffer[len(buffer) - keep :] if keep else ""
+        return StopResult(text=buffer[: len(buffer) - keep], is_stopped=False)
+
+    def flush(self) -> str:
+        """The held-back tail, at the end of the choice (no stop string completed)."""
+        held, self._held = self._held, ""
+        return held
+
+    def _first_hit(self, buffer: str) -> int | None:
+        hits = [i for i in (buffer.find(s) for s in self._stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _partial_suffix_len(self, buffer: str) -> int:
+        """Length of the longest suffix of `buffer` that is a proper prefix of a stop string."""
+        best = 0
+        for s in self._stop:
+            for n in range(min(len(s) - 1, len(buffer)), best, -1):
+                if buffer.endswith(s[:n]):
+                    best = n
+                    break
+        return best
