@@ -119,7 +119,7 @@ class Batcher:
         while True:
             try:
                 pending.append(self._queue.receive_nowait()[1])
-            except (trio.WouldBlock, trio.ClosedResourceError):
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
         for outbox in pending:
             outbox.close(error)

@@ -83,9 +83,9 @@ class RequestActor:
                     await self._generate()
                     nursery.cancel_scope.cancel()  # the response is complete
             except* AtomError as group:
-                failure = group.exceptions[0]  # type: ignore[assignment]
+                failure = first_leaf(group)  # type: ignore[assignment]
             except* Exception as group:
-                log.exception("request_crashed", exc_info=group.exceptions[0])
+                log.error("request_crashed", exc_info=first_leaf(group))
                 failure = EngineFailed("internal error while serving the request")
             finally:
                 if not self._is_done and failure is None:
@@ -203,3 +203,11 @@ class RequestActor:
         await self._send(
             {"type": "http.response.body", "body": output.body, "more_body": not output.is_final}
         )
+
+
+def first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first non-group exception inside (possibly nested) exception groups."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf

@@ -40,8 +40,9 @@ class StopMatcher:
         return held
 
     def _first_hit(self, buffer: str) -> int | None:
-        hits = [i for i in (buffer.find(s) for s in self._stop) if i >= 0]
-        return min(hits) if hits else None
+        """Start of the stop string that completes first (ends earliest), as in generation."""
+        hits = [(i + len(s), i) for s in self._stop if (i := buffer.find(s)) >= 0]
+        return min(hits)[1] if hits else None
 
     def _partial_suffix_len(self, buffer: str) -> int:
         """Length of the longest suffix of `buffer` that is a proper prefix of a stop string."""

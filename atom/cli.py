@@ -1,0 +1,66 @@
+"""`atom serve` (vLLM-style flags over hypercorn) and `atom replay LOG`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import fields
+
+from atom.config import Settings
+from atom.replay import project
+from atom.request_log import read_log
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="atom")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a model over the OpenAI HTTP API")
+    serve.add_argument("model_path", nargs="?", help="same as --model")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    for f in fields(Settings):
+        kind = int if str(f.type).startswith("int") else str
+        serve.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=None)
+    replay = commands.add_parser("replay", help="rebuild the responses recorded in a request log")
+    replay.add_argument("log")
+    replay.add_argument("--request-id", help="only this request")
+    replay.add_argument("--json", action="store_true", help="one JSON object per response")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _replay(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    values = {f.name: getattr(args, f.name) for f in fields(Settings)}
+    values["model"] = values["model"] or args.model_path
+    settings = Settings(**{k: v for k, v in values.items() if v is not None})
+    env = {**os.environ, **settings.to_env()}
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"{args.host}:{args.port}"]
+    os.execvpe(sys.executable, [*command, "atom.http:app"], env)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    for response in project(read_log(args.log)):
+        if args.request_id and response.request_id != args.request_id:
+            continue
+        body = response.body.decode()
+        if args.json:
+            record = {
+                "request_id": response.request_id,
+                "status": response.status,
+                "content_type": response.content_type,
+                "is_complete": response.is_complete,
+                "body": body,
+            }
+            print(json.dumps(record, ensure_ascii=False))
+        else:
+            print(f"### {response.request_id} {response.status} {response.content_type}")
+            print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from atom.actors.batcher import Batcher
+from atom.actors.bus import EventBus
+from atom.actors.outbox import Outbox
+from atom.errors import EngineFailed, Overloaded
+from atom.events import Abort, Envelope, RequestReleased, SamplingParams, Submit, TokensSampled
+from atom.model.fake_runner import FakeRunner
+from atom.model.scheduler import Scheduler
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=100)
+
+
+def make(
+    runner: FakeRunner, *, max_queued: int = 8, max_num_seqs: int = 8
+) -> tuple[Batcher, list[Envelope]]:  # noqa: E501
+    bus = EventBus(clock=trio.current_time)
+    seen: list[Envelope] = []
+    bus.subscribe(seen.append)
+    scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=64,
+                          eos_token_ids=runner.eos_token_ids, max_model_len=512)  # fmt: skip
+    return Batcher(runner, scheduler, publish=bus.publish, max_queued_requests=max_queued), seen
+
+
+def submit(rid: str, n: int = 1, prompt: tuple[int, ...] = (5, 6, 7)) -> Submit:
+    return Submit(request_id=rid, prompt_ids=prompt, params=PARAMS, num_choices=n)
+
+
+async def drain(outbox: Outbox) -> list[TokensSampled]:
+    out: list[TokensSampled] = []
+    while batch := await outbox.receive_batch():
+        out.extend(e.event for e in batch)  # type: ignore[misc]
+    return out
+
+
+async def test_requests_are_batched_and_finish_with_eos() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, seen = make(runner)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        a, b = Outbox(), Outbox()
+        batcher.submit_nowait(submit("a"), a)
+        batcher.submit_nowait(submit("b", n=2, prompt=(9, 8)), b)
+        got_a, got_b = await drain(a), await drain(b)
+        nursery.cancel_scope.cancel()
+    assert [t.token_ids[0] for t in got_a] == [7, 6, 5, 0]
+    assert got_a[-1].finish_reason == "stop"
+    assert sorted((t.choice_idx, t.token_ids[0]) for t in got_b) == sorted(
+        [(0, 8), (0, 9), (0, 0), (1, 8), (1, 9), (1, 0)]
+    )
+    assert runner.num_steps == 4  # both requests shared every step
+    assert runner.num_sequences() == 0
+    released = [e.event.request_id for e in seen if isinstance(e.event, RequestReleased)]
+    assert sorted(released) == ["a", "b"]
+
+
+async def test_abort_frees_everything_at_the_next_step() -> None:
+    runner = FakeRunner(eos_token_id=0, script=lambda p, s, seed: [1] * 1000)
+    batcher, _ = make(runner)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        outbox = Outbox()
+        batcher.submit_nowait(submit("a", n=3), outbox)
+        await outbox.receive_batch()
+        batcher.abort_nowait(Abort(request_id="a"))
+        await drain(outbox)
+        stats = batcher.statistics()
+        nursery.cancel_scope.cancel()
+    assert outbox.is_closed
+    assert (stats.num_running_requests, stats.num_running_seqs, stats.num_runner_seqs) == (0, 0, 0)
+
+
+async def test_aborting_one_choice_keeps_the_others() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, _ = make(runner)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        outbox = Outbox()
+        batcher.submit_nowait(submit("a", n=2, prompt=tuple(range(1, 30))), outbox)
+        await outbox.receive_batch()
+        batcher.abort_nowait(Abort(request_id="a", choice_idx=0))
+        rest = await drain(outbox)
+        nursery.cancel_scope.cancel()
+    assert rest[-1].choice_idx == 1 and rest[-1].finish_reason == "stop"
+    assert runner.num_sequences() == 0
+
+
+async def test_full_queue_is_overloaded_never_unbounded() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, _ = make(runner, max_queued=2)
+    batcher.submit_nowait(submit("a"), Outbox())
+    batcher.submit_nowait(submit("b"), Outbox())
+    try:
+        batcher.submit_nowait(submit("c"), Outbox())
+    except Overloaded as exc:
+        assert exc.status == 429
+    else:
+        raise AssertionError("the third submit should be refused")
+
+
+async def test_abandoned_request_is_dropped_before_admission() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, seen = make(runner)
+    outbox = Outbox()
+    batcher.submit_nowait(submit("a"), outbox)
+    outbox.abandon()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert outbox.is_closed and runner.num_steps == 0
+    assert [e.event for e in seen] == [RequestReleased(request_id="a", was_scheduled=False)]
+
+
+async def test_fail_all_delivers_the_error_to_every_pending_request() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, _ = make(runner, max_num_seqs=1)
+    running, queued = Outbox(), Outbox()
+    batcher.submit_nowait(submit("a", prompt=tuple(range(1, 50))), running)
+    batcher.submit_nowait(submit("b"), queued)
+    batcher.fail_all(EngineFailed("boom"))
+    for outbox in (running, queued):
+        try:
+            await outbox.receive_batch()
+        except EngineFailed as exc:
+            assert exc.message == "boom"
+        else:
+            raise AssertionError("the pending request should fail")

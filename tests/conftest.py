@@ -1,0 +1,68 @@
+"""Shared fixtures: the real tokenizer, fake runtimes, and an in-process hypercorn server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import hypercorn.trio
+import pytest
+import trio
+from hypercorn.config import Config
+
+from atom.config import Settings
+from atom.model.fake_runner import FakeRunner
+from atom.model.loader import load_tokenizer
+from atom.model.runner import Runtime
+
+FAKE_REPLY = "Hello world, this is a fake reply. Ça marche 🙂!"
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    return load_tokenizer(None, cache_dir=Settings().cache_dir)
+
+
+def fake_loader(tokenizer: Any, *, reply: str = FAKE_REPLY, step_delay_s: float = 0.0,
+                max_model_len: int = 2048) -> Callable[[Settings], Runtime]:  # fmt: skip
+    """A loader for create_app/Engine: FakeRunner replying `reply`, the real tokenizer."""
+    reply_ids = tokenizer.encode(reply, add_special_tokens=False)
+
+    def script(prompt_ids: tuple[int, ...], params: Any, seed: int) -> list[int]:
+        return list(reply_ids)
+
+    def load(settings: Settings) -> Runtime:
+        runner = FakeRunner(
+            eos_token_id=tokenizer.eos_token_id,
+            max_model_len=max_model_len,
+            script=script,
+            step_delay_s=step_delay_s,
+        )
+        return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=max_model_len)
+
+    return load
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """Serve `app` with hypercorn on a free loopback port; yields the base URL."""
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait)
+        )
+        try:
+            yield binds[0]
+        finally:
+            shutdown.set()
+
+
+async def wait_ready(app: Any, timeout_s: float = 60.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not app.engine.is_ready:
+            await trio.sleep(0.01)

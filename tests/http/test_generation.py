@@ -1,0 +1,142 @@
+"""The whole actor path behind a real hypercorn server, with a FakeRunner and the real tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from atom.config import Settings
+from atom.http.app import create_app
+from atom.model.fake_runner import FakeRunner
+from atom.model.runner import Runtime
+from atom.replay import project
+from atom.request_log import read_log
+from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+
+
+def sse_payloads(raw: bytes) -> list[Any]:
+    frames = [f for f in raw.decode().split("\n\n") if f]
+    assert all(f.startswith("data: ") for f in frames)
+    return [f[6:] if f == "data: [DONE]" else json.loads(f[6:]) for f in frames]
+
+
+async def test_stream_and_body_agree_and_replay_is_byte_identical(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "requests.jsonl"
+    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+    sent: list[bytes] = []
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        body = await client.post("/v1/chat/completions", json={**CHAT, "n": 2})
+        sent.append(body.content)
+        stream_req = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        async with client.stream("POST", "/v1/chat/completions", json=stream_req) as r:
+            sent.append(b"".join([chunk async for chunk in r.aiter_raw()]))
+        stop_req = {"prompt": "x", "stop": [", this"], "stream": True}
+        async with client.stream("POST", "/v1/completions", json=stop_req) as r:
+            sent.append(b"".join([chunk async for chunk in r.aiter_raw()]))
+    doc = json.loads(sent[0])
+    assert [c["message"]["content"] for c in doc["choices"]] == [FAKE_REPLY, FAKE_REPLY]
+    assert doc["usage"]["completion_tokens"] == 2 * (len(tokenizer.encode(FAKE_REPLY)) + 1)
+    chunks = sse_payloads(sent[1])
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-2])
+    assert text == FAKE_REPLY
+    assert chunks[-2]["choices"] == [] and chunks[-2]["usage"]["total_tokens"] > 0
+    assert chunks[-1] == "[DONE]"
+    stopped = sse_payloads(sent[2])
+    assert "".join(c["choices"][0]["text"] for c in stopped[:-1]) == "Hello world"
+    assert stopped[-2]["choices"][0]["finish_reason"] == "stop"
+    replayed = project(read_log(log_path))
+    assert [bytes(r.body) for r in replayed] == sent
+
+
+async def test_disconnected_streams_leave_no_trace_within_half_a_second(tokenizer: Any) -> None:
+    load = fake_loader(tokenizer, reply="word " * 2000, step_delay_s=0.02)
+    app = create_app(Settings(), load=load)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+
+        async def open_and_drop() -> None:
+            req = {"prompt": "x", "stream": True, "max_tokens": 1500}
+            async with client.stream("POST", "/v1/completions", json=req) as r:
+                async for _ in r.aiter_raw():
+                    break
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(open_and_drop)
+        dropped_at = trio.current_time()
+        batcher = app.engine.core.batcher  # type: ignore[union-attr]
+        with trio.fail_after(0.5):
+            while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
+                await trio.sleep(0.005)
+        assert trio.current_time() - dropped_at < 0.5
+        assert batcher.statistics().num_runner_seqs == 0
+        ok = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
+    assert ok.status_code == 200
+    assert ok.json()["choices"][0]["text"] == "word word word"
+
+
+async def test_health_is_503_until_the_model_is_loaded(tokenizer: Any) -> None:
+    loaded = trio.Event()
+    inner = fake_loader(tokenizer)
+
+    def slow_load(settings: Settings) -> Runtime:
+        trio.from_thread.run(loaded.wait)
+        return inner(settings)
+
+    app = create_app(Settings(), load=slow_load)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        early = await client.get("/health")
+        early_chat = await client.post("/v1/chat/completions", json=CHAT)
+        loaded.set()
+        await wait_ready(app)
+        late = await client.get("/health")
+    assert early.status_code == 503 and early.json()["error"]["code"] == "model_loading"
+    assert early_chat.status_code == 503
+    assert late.status_code == 200
+
+
+async def test_a_dying_batcher_fails_requests_and_stops_the_process(tokenizer: Any) -> None:
+    fatal: list[bool] = []
+
+    class Exploding(FakeRunner):
+        def step(self, plan):  # type: ignore[no-untyped-def]
+            raise RuntimeError("device lost")
+
+    def load(settings: Settings) -> Runtime:
+        return Runtime(runner=Exploding(eos_token_id=2), tokenizer=tokenizer, max_model_len=2048)
+
+    app = create_app(Settings(), load=load, on_fatal=lambda: fatal.append(True))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        r = await client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 500
+    assert r.json()["error"]["code"] == "engine_failed"
+    assert fatal == [True]
+
+
+async def test_overload_is_429(tokenizer: Any) -> None:
+    load = fake_loader(tokenizer, reply="word " * 100, step_delay_s=0.05)
+    app = create_app(Settings(max_num_seqs=1, max_queued_requests=1), load=load)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        statuses: list[int] = []
+
+        async def call() -> None:
+            r = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 5})
+            statuses.append(r.status_code)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(call)
+    assert 429 in statuses and 200 in statuses
+    assert set(statuses) == {200, 429}

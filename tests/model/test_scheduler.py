@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from atom.events import FinishReason, SamplingParams, Submit
+from atom.model.scheduler import Scheduler
+
+EOS = 0
+
+
+def make(budget: int = 8, max_num_seqs: int = 4) -> Scheduler:
+    return Scheduler(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        eos_token_ids=frozenset({EOS}),
+        max_model_len=64,
+    )
+
+
+def submit(rid: str, prompt_len: int, *, n: int = 1, max_tokens: int = 4) -> Submit:
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    return Submit(request_id=rid, prompt_ids=tuple(range(1, prompt_len + 1)), params=params,
+                  num_choices=n)  # fmt: skip
+
+
+def test_long_prompt_is_prefilled_in_chunks_within_budget() -> None:
+    s = make(budget=8)
+    s.add(submit("a", 20))
+    plans = []
+    for _ in range(3):
+        plan = s.schedule()
+        plans.append(plan)
+        s.update(plan, {c.seq_id: 7 for c in plan.chunks if c.needs_sample})
+    assert [p.num_tokens for p in plans] == [8, 8, 4]
+    assert [c.needs_sample for p in plans for c in p.chunks] == [False, False, True]
+    assert [c.start_pos for p in plans for c in p.chunks] == [0, 8, 16]
+
+
+def test_decodes_go_first_and_prefill_takes_the_rest() -> None:
+    s = make(budget=8)
+    s.add(submit("a", 3))
+    plan = s.schedule()
+    s.update(plan, {"a/0": 5})
+    s.add(submit("b", 20))
+    plan = s.schedule()
+    assert [(c.seq_id, len(c.token_ids)) for c in plan.chunks] == [("a/0", 1), ("b/0", 7)]
+
+
+def test_finish_on_eos_and_on_max_tokens() -> None:
+    s = make()
+    s.add(submit("a", 2, max_tokens=2))
+    s.add(submit("b", 2))
+    plan = s.schedule()
+    outs = s.update(plan, {"a/0": 9, "b/0": EOS})
+    assert [(o.seq.seq_id, o.finish_reason) for o in outs] == [
+        ("a/0", None),
+        ("b/0", FinishReason.STOP),
+    ]
+    outs = s.update(s.schedule(), {"a/0": 9})
+    assert outs[0].finish_reason is FinishReason.LENGTH
+    assert s.num_seqs == 0
+
+
+def test_each_choice_is_its_own_sequence_with_its_own_seed() -> None:
+    s = make()
+    seqs = s.add(submit("a", 2, n=3))
+    assert [q.seq_id for q in seqs] == ["a/0", "a/1", "a/2"]
+    assert len({q.seed for q in seqs}) == 3
+    assert not s.can_admit(2)

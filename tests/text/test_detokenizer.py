@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from atom.events import FinishReason
+from atom.text.choice import ChoiceText
+from atom.text.detokenizer import IncrementalDetokenizer
+
+TEXTS = [
+    "The capital of France is Paris.",
+    "Ça marche: 東京は日本の首都です 🙂🚀 done",
+    "  leading spaces and\nnew lines\n\n  indented",
+    "emoji family 👨‍👩‍👧 and accents éèà",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_by_token_equals_whole_decode(tokenizer: Any, text: str) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tokenizer)
+    pieces = [detok.push([i]) for i in ids]
+    pieces.append(detok.flush())
+    assert "".join(pieces) == tokenizer.decode(ids)
+    assert all("\ufffd" not in piece for piece in pieces)
+
+
+def test_multibyte_character_is_never_split(tokenizer: Any) -> None:
+    ids = tokenizer.encode("🙂", add_special_tokens=False)
+    assert len(ids) > 1  # byte-level BPE spreads the emoji over several tokens
+    detok = IncrementalDetokenizer(tokenizer)
+    assert [detok.push([i]) for i in ids][:-1] == [""] * (len(ids) - 1)
+
+
+def test_choice_text_stops_on_string_and_counts_tokens(tokenizer: Any) -> None:
+    ids = tokenizer.encode("one two three four", add_special_tokens=False)
+    choice = ChoiceText(tokenizer, stop=[" three"])
+    texts = []
+    for i in ids:
+        update = choice.feed([i], None)
+        texts.append(update.text)
+        if update.finish_reason is not None:
+            break
+    assert "".join(texts) == "one two"
+    assert choice.finish_reason is FinishReason.STOP
+    assert update.is_stopped_by_string
+    assert choice.num_tokens == 3
+
+
+def test_choice_text_flushes_held_text_on_length(tokenizer: Any) -> None:
+    ids = tokenizer.encode("abc TH", add_special_tokens=False)
+    choice = ChoiceText(tokenizer, stop=["THE END"])
+    out = [choice.feed([i], None).text for i in ids[:-1]]
+    last = choice.feed([ids[-1]], FinishReason.LENGTH)
+    assert "".join(out) + last.text == "abc TH"
+    assert last.finish_reason is FinishReason.LENGTH
