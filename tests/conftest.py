@@ -25,8 +25,9 @@ def tokenizer() -> Any:
     return load_tokenizer(None, cache_dir=Settings().cache_dir)
 
 
-def fake_loader(tokenizer: Any, *, reply: str = FAKE_REPLY, step_delay_s: float = 0.0,
-                max_model_len: int = 2048) -> Callable[[Settings], Runtime]:  # fmt: skip
+def fake_loader(
+    tokenizer: Any, *, reply: str = FAKE_REPLY, step_delay_s: float = 0.0, max_model_len: int = 2048
+) -> Callable[[Settings], Runtime]:
     """A loader for create_app/Engine: FakeRunner replying `reply`, the real tokenizer."""
     reply_ids = tokenizer.encode(reply, add_special_tokens=False)
 

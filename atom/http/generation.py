@@ -97,8 +97,9 @@ def ready_core(engine: Engine) -> EngineCore:
 def check_model(engine: Engine, requested: str | None) -> str:
     name = engine.settings.model_name
     if requested is not None and requested != name:
-        raise ModelNotFound(f"the model `{requested}` does not exist; this server serves `{name}`",
-                            param="model")  # fmt: skip
+        raise ModelNotFound(
+            f"the model `{requested}` does not exist; this server serves `{name}`", param="model"
+        )
     return name
 
 

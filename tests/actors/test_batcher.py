@@ -16,12 +16,16 @@ PARAMS = SamplingParams(temperature=0.0, max_tokens=100)
 
 def make(
     runner: FakeRunner, *, max_queued: int = 8, max_num_seqs: int = 8
-) -> tuple[Batcher, list[Envelope]]:  # noqa: E501
+) -> tuple[Batcher, list[Envelope]]:
     bus = EventBus(clock=trio.current_time)
     seen: list[Envelope] = []
     bus.subscribe(seen.append)
-    scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=64,
-                          eos_token_ids=runner.eos_token_ids, max_model_len=512)  # fmt: skip
+    scheduler = Scheduler(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=64,
+        eos_token_ids=runner.eos_token_ids,
+        max_model_len=512,
+    )
     return Batcher(runner, scheduler, publish=bus.publish, max_queued_requests=max_queued), seen
 
 

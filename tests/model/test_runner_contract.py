@@ -16,11 +16,19 @@ from atom.model.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-        "max_position_embeddings": 256}  # fmt: skip
-PROMPTS = [tuple((7 * i + 3 * j) % 290 + 5 for j in range(n)) for i, n in enumerate(
-    [1, 2, 5, 9, 17, 33, 3, 64, 12, 40, 7, 25, 4, 50, 11, 2, 30, 8, 19, 45])]  # fmt: skip
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 300,
+    "max_position_embeddings": 256,
+}
+PROMPTS = [
+    tuple((7 * i + 3 * j) % 290 + 5 for j in range(n))
+    for i, n in enumerate([1, 2, 5, 9, 17, 33, 3, 64, 12, 40, 7, 25, 4, 50, 11, 2, 30, 8, 19, 45])
+]
 
 
 def tiny_model(config_cls: Any) -> Any:
@@ -33,8 +41,12 @@ def run_all(
     runner: Runner, prompts: list[tuple[int, ...]], *, budget: int = 4096
 ) -> list[list[int]]:
     """Drive the runner through the Scheduler until every prompt has its output."""
-    scheduler = Scheduler(max_num_seqs=64, max_num_batched_tokens=budget,
-                          eos_token_ids=runner.eos_token_ids, max_model_len=256)  # fmt: skip
+    scheduler = Scheduler(
+        max_num_seqs=64,
+        max_num_batched_tokens=budget,
+        eos_token_ids=runner.eos_token_ids,
+        max_model_len=256,
+    )
     for i, prompt in enumerate(prompts):
         scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=GREEDY))
     outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
@@ -51,10 +63,10 @@ RUNNERS = {
     "fake": lambda: FakeRunner(eos_token_id=0),
     "llama": lambda: TorchRunner(
         tiny_model(LlamaConfig), eos_token_ids=frozenset({0}), max_model_len=256
-    ),  # fmt: skip
+    ),
     "qwen2": lambda: TorchRunner(
         tiny_model(Qwen2Config), eos_token_ids=frozenset({0}), max_model_len=256
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -81,7 +93,10 @@ def test_ragged_forward_matches_transformers_generate(config_cls: Any) -> None:
     ours = run_all(runner, PROMPTS, budget=16)
     for prompt, tokens in zip(PROMPTS, ours, strict=True):
         expected = reference.generate(
-            torch.tensor([prompt]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
-            min_new_tokens=GREEDY.max_tokens, pad_token_id=0,
-        )[0, len(prompt):].tolist()  # fmt: skip
+            torch.tensor([prompt]),
+            max_new_tokens=GREEDY.max_tokens,
+            do_sample=False,
+            min_new_tokens=GREEDY.max_tokens,
+            pad_token_id=0,
+        )[0, len(prompt) :].tolist()
         assert tokens == expected

@@ -17,8 +17,9 @@ def make(budget: int = 8, max_num_seqs: int = 4) -> Scheduler:
 
 def submit(rid: str, prompt_len: int, *, n: int = 1, max_tokens: int = 4) -> Submit:
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    return Submit(request_id=rid, prompt_ids=tuple(range(1, prompt_len + 1)), params=params,
-                  num_choices=n)  # fmt: skip
+    return Submit(
+        request_id=rid, prompt_ids=tuple(range(1, prompt_len + 1)), params=params, num_choices=n
+    )
 
 
 def test_long_prompt_is_prefilled_in_chunks_within_budget() -> None:
