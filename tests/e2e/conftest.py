@@ -1,0 +1,57 @@
+"""A real `hypercorn -k trio atom.http:app` process serving the real default model."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    log_path: Path
+    model: str
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log_path = tmp_path_factory.mktemp("log") / "requests.jsonl"
+    port = free_port()
+    env = {**os.environ, "ATOM_REQUEST_LOG": str(log_path), "ATOM_LOG_LEVEL": "warning"}
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([*command, "atom.http:app"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, "the server exited during start-up"
+            assert time.monotonic() < deadline, "the server did not become healthy"
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        yield Server(url=url, log_path=log_path, model="SmolLM2-135M-Instruct")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

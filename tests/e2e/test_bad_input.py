@@ -1,0 +1,68 @@
+"""Bad input gets the right status and an OpenAI-shaped error; the server keeps serving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.slow
+MSG = [{"role": "user", "content": "hi"}]
+CHAT = "/v1/chat/completions"
+
+CASES: list[tuple[str, str, Any, int, str | None]] = [
+    # (method, path, JSON body or raw bytes, status, param)
+    ("POST", CHAT, b"{not json", 400, None),
+    ("POST", CHAT, b"[1, 2]", 400, None),
+    ("POST", CHAT, {"model": "SmolLM2-135M-Instruct"}, 400, "messages"),
+    ("POST", CHAT, {"messages": "hi"}, 400, "messages"),
+    ("POST", CHAT, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role"),
+    ("POST", CHAT, {"messages": MSG, "max_tokens": -5}, 400, "max_tokens"),
+    ("POST", CHAT, {"messages": MSG, "max_tokens": "10"}, 400, "max_tokens"),
+    ("POST", CHAT, {"messages": MSG, "max_tokens": 10**9}, 400, "max_tokens"),
+    ("POST", CHAT, {"messages": MSG, "n": 0}, 400, "n"),
+    ("POST", CHAT, {"messages": MSG, "n": 1000}, 400, "n"),
+    ("POST", CHAT, {"messages": MSG, "temperature": 3.5}, 400, "temperature"),
+    ("POST", CHAT, {"messages": MSG, "top_p": 0}, 400, "top_p"),
+    ("POST", CHAT, {"messages": MSG, "model": "gpt-9"}, 404, "model"),
+    ("POST", CHAT, {"messages": MSG, "frequency_penalty": 1.0}, 400, "frequency_penalty"),
+    ("POST", CHAT, {"messages": MSG, "guided_json": {}}, 400, "guided_json"),
+    ("POST", "/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt"),
+    ("POST", "/v1/completions", {"prompt": [999999]}, 400, "prompt"),
+    ("POST", "/v1/nope", {}, 404, None),
+    ("GET", CHAT, None, 405, None),
+    ("DELETE", "/v1/models", None, 405, None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "param"), CASES)
+def test_bad_input_is_an_openai_error(
+    server: Server, method: str, path: str, body: Any, status: int, param: str | None
+) -> None:
+    kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
+    r = httpx.request(method, server.url + path, timeout=60, **kwargs)
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert error["param"] == param
+
+
+def test_prompt_longer_than_context_names_the_lengths(server: Server) -> None:
+    long = " ".join(["word"] * 9000)
+    r = httpx.post(server.url + CHAT, json={"messages": [{"role": "user", "content": long}]})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "8192" in error["message"] and "9" in error["message"]
+
+
+def test_server_still_serves_after_bad_input(server: Server) -> None:
+    for method, path, body, _, _ in CASES:
+        kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
+        httpx.request(method, server.url + path, timeout=60, **kwargs)
+    ok = httpx.post(server.url + CHAT, json={"messages": MSG, "max_tokens": 3}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
