@@ -1,0 +1,59 @@
+"""Abort on disconnect with the real model: 20 dropped streams leave no trace within 0.5 s."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+
+from atom.config import Settings
+from atom.http.app import create_app
+from tests.conftest import serving, wait_ready
+
+pytestmark = pytest.mark.slow
+Q = [{"role": "user", "content": "Tell me a very long story about the sea."}]
+
+
+def running_gauge(metrics_text: str) -> int:
+    line = next(x for x in metrics_text.splitlines() if x.startswith("atom:num_requests_running"))
+    return int(line.rsplit(" ", 1)[1])
+
+
+async def test_twenty_dropped_streams_are_freed_within_half_a_second() -> None:
+    app = create_app(Settings(), on_fatal=lambda: None)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
+        await wait_ready(app)
+        batcher = app.engine.core.batcher  # type: ignore[union-attr]
+        all_streaming = trio.Event()
+        num_streaming = 0
+
+        async def stream_then_drop() -> None:
+            nonlocal num_streaming
+            body = {"messages": Q, "max_tokens": 1000, "ignore_eos": True, "stream": True}
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                num_content = 0
+                async for line in r.aiter_lines():
+                    num_content += '"content":"' in line
+                    if num_content == 3:  # role chunk and two tokens: decoding now
+                        break
+                num_streaming += 1
+                if num_streaming == 20:
+                    all_streaming.set()
+                await all_streaming.wait()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(stream_then_drop)
+        dropped_at = trio.current_time()
+        with trio.fail_after(10):  # a leak fails loudly instead of hanging
+            while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
+                await trio.sleep(0.005)
+        elapsed = trio.current_time() - dropped_at
+        stats = batcher.statistics()
+        gauge = running_gauge((await client.get("/metrics")).text)
+        q = [{"role": "user", "content": "What is the capital of France?"}]
+        ok = await client.post("/v1/chat/completions", json={"messages": q, "temperature": 0})
+    assert elapsed < 0.5, f"the batcher still held requests {elapsed:.3f} s after the disconnect"
+    assert (stats.num_running_seqs, stats.num_queued_requests, stats.num_runner_seqs) == (0, 0, 0)
+    assert gauge == 0
+    assert "Paris" in ok.json()["choices"][0]["message"]["content"]
