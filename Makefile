@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 serve: setup
-	$(VENV)/bin/hypercorn -k trio -b $(HOST):$(PORT) atom.http:app
+	$(VENV)/bin/hypercorn -k trio -w 0 -b $(HOST):$(PORT) atom.http:app
 
 test: setup
 	$(VENV)/bin/ruff check atom tests

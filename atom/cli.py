@@ -38,7 +38,19 @@ def _serve(args: argparse.Namespace) -> int:
     values["model"] = values["model"] or args.model_path
     settings = Settings(**{k: v for k, v in values.items() if v is not None})
     env = {**os.environ, **settings.to_env()}
-    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"{args.host}:{args.port}"]
+    # -w 0: serve in this process, so a fatal engine error becomes the exit status
+    # (hypercorn reports 0 when its worker process dies).
+    command = [
+        sys.executable,
+        "-m",
+        "hypercorn",
+        "-k",
+        "trio",
+        "-w",
+        "0",
+        "-b",
+        f"{args.host}:{args.port}",
+    ]
     os.execvpe(sys.executable, [*command, "atom.http:app"], env)
 
 

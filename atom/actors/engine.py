@@ -8,7 +8,8 @@ an error and `on_fatal` stops the process loudly (no hung requests).
 from __future__ import annotations
 
 import os
-import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +41,13 @@ class EngineCore:
     max_model_len: int
 
 
-def terminate_process() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
+def terminate_process(grace_s: float = 1.0) -> None:
+    """Exit with status 1 after `grace_s`, time for the error responses in flight to go out.
+
+    A hard exit, not SIGTERM: hypercorn runs the app in a worker process whose graceful
+    stop would report success, and a supervisor must see the crash."""
+    sys.stderr.flush()
+    threading.Timer(grace_s, os._exit, (1,)).start()
 
 
 class Engine:

@@ -6,6 +6,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
+from atom.config import DEFAULT_MODEL_NAME
 from atom.errors import EngineNotReady
 from atom.http.generation import ready_core
 from atom.wire import dumps
@@ -25,7 +26,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
             "object": "model",
             "created": engine.created,
             "owned_by": "atom",
-            "root": engine.settings.model or engine.settings.model_name,
+            "root": engine.settings.model or DEFAULT_MODEL_NAME,
             "parent": None,
             "max_model_len": engine.core.max_model_len if engine.core else None,
         }
