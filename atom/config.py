@@ -21,6 +21,10 @@ class Settings:
     max_model_len: int | None = None
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
     max_queued_requests: int = 256
     max_n: int = 16
     request_log: str | None = None
@@ -63,4 +67,13 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = str(f.type)
     if kind.startswith("int"):
         return int(raw)
+    if kind.startswith("float"):
+        return float(raw)
+    if kind.startswith("bool"):
+        if raw.lower() not in _BOOLS:
+            raise ValueError(f"ATOM_{f.name.upper()}: expected true or false, got {raw!r}")
+        return _BOOLS[raw.lower()]
     return raw
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}

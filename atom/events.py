@@ -63,6 +63,12 @@ class Event:
     """Base of every command and event; `type` is the stable wire tag."""
 
     type: ClassVar[str] = "event"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestEvent(Event):
+    """An event about one request."""
+
     request_id: str
 
 
@@ -71,17 +77,18 @@ class Event:
 
 @_tagged("submit")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Submit(Event):
+class Submit(RequestEvent):
     """Ask the Batcher to generate `num_choices` sequences from one prompt."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     num_choices: int = 1
+    cache_salt: str | None = None
 
 
 @_tagged("abort")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Abort(Event):
+class Abort(RequestEvent):
     """Ask the Batcher to drop a request, or only one choice of it (`choice_idx`)."""
 
     choice_idx: int | None = None
@@ -93,7 +100,7 @@ class Abort(Event):
 
 @_tagged("request_received")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestReceived(Event):
+class RequestReceived(RequestEvent):
     """A generation request passed validation. `body` is the client's JSON body."""
 
     endpoint: Endpoint
@@ -104,7 +111,7 @@ class RequestReceived(Event):
 
 @_tagged("request_accepted")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestAccepted(Event):
+class RequestAccepted(RequestEvent):
     """The Batcher's inbox took the request: rendered prompt and effective params."""
 
     prompt_ids: tuple[int, ...]
@@ -114,7 +121,7 @@ class RequestAccepted(Event):
 
 @_tagged("text_delta")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextDelta(Event):
+class TextDelta(RequestEvent):
     """New output text of one choice, after detokenization and stop-string hold-back."""
 
     choice_idx: int
@@ -123,7 +130,7 @@ class TextDelta(Event):
 
 @_tagged("choice_finished")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChoiceFinished(Event):
+class ChoiceFinished(RequestEvent):
     """One choice ended; `num_tokens` counts the completion tokens it used."""
 
     choice_idx: int
@@ -133,7 +140,7 @@ class ChoiceFinished(Event):
 
 @_tagged("request_completed")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestCompleted(Event):
+class RequestCompleted(RequestEvent):
     """Every choice ended and the response was sent; usage and latency figures."""
 
     prompt_tokens: int
@@ -141,17 +148,18 @@ class RequestCompleted(Event):
     ttft_s: float
     tpot_s: float
     latency_s: float
+    cached_tokens: int | None = None
 
 
 @_tagged("client_disconnected")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClientDisconnected(Event):
+class ClientDisconnected(RequestEvent):
     """The client closed the connection before the response was complete."""
 
 
 @_tagged("request_aborted")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestAborted(Event):
+class RequestAborted(RequestEvent):
     """The request ended without a complete response (disconnect, shutdown)."""
 
     reason: str
@@ -159,7 +167,7 @@ class RequestAborted(Event):
 
 @_tagged("request_failed")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestFailed(Event):
+class RequestFailed(RequestEvent):
     """The request ended with an error; the fields are the OpenAI error body."""
 
     status: int
@@ -174,7 +182,7 @@ class RequestFailed(Event):
 
 @_tagged("request_scheduled")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestScheduled(Event):
+class RequestScheduled(RequestEvent):
     """The Batcher admitted the request's sequences into the running batch."""
 
     num_running: int
@@ -182,20 +190,34 @@ class RequestScheduled(Event):
 
 @_tagged("tokens_sampled")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TokensSampled(Event):
+class TokensSampled(RequestEvent):
     """One step's sampled tokens for one choice; `finish_reason` when the sequence ended."""
 
     choice_idx: int
     token_ids: tuple[int, ...]
     finish_reason: FinishReason | None = None
+    num_cached_tokens: int | None = None  # on a choice's first token: its prefix-cache hit
 
 
 @_tagged("request_released")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestReleased(Event):
+class RequestReleased(RequestEvent):
     """The Batcher holds nothing of the request any more (finished or aborted)."""
 
     was_scheduled: bool
+
+
+@_tagged("engine_stepped")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineStepped(Event):
+    """One Batcher step ran; counts are for this step, usage is after it."""
+
+    num_tokens: int
+    num_seqs: int
+    kv_cache_usage: float
+    num_preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 from atom.events import (
     ChoiceFinished,
+    EngineStepped,
     Envelope,
     RequestAborted,
     RequestAccepted,
     RequestCompleted,
+    RequestEvent,
     RequestFailed,
     RequestReceived,
     RequestReleased,
@@ -124,6 +126,10 @@ class Metrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.success = Counter[str]()
+        self.kv_cache_usage = 0.0
+        self.num_preemptions = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
@@ -133,6 +139,18 @@ class Metrics:
 
     def apply(self, envelope: Envelope) -> None:
         event, at = envelope.event, envelope.at
+        if isinstance(event, EngineStepped):
+            self._on_step(event)
+        elif isinstance(event, RequestEvent):
+            self._on_request_event(event, at)
+
+    def _on_step(self, event: EngineStepped) -> None:
+        self.kv_cache_usage = event.kv_cache_usage
+        self.num_preemptions += event.num_preemptions
+        self.prefix_cache_queries += event.prefix_cache_queries
+        self.prefix_cache_hits += event.prefix_cache_hits
+
+    def _on_request_event(self, event: RequestEvent, at: float) -> None:
         rid = event.request_id
         if isinstance(event, RequestReceived):
             self._received_at[rid] = at
@@ -182,6 +200,10 @@ class Metrics:
             *_sample("num_requests_waiting", "gauge", labels, self.num_waiting),
             *_sample("prompt_tokens_total", "counter", labels, self.prompt_tokens),
             *_sample("generation_tokens_total", "counter", labels, self.generation_tokens),
+            *_sample("kv_cache_usage_perc", "gauge", labels, self.kv_cache_usage),
+            *_sample("num_preemptions_total", "counter", labels, self.num_preemptions),
+            *_sample("prefix_cache_queries_total", "counter", labels, self.prefix_cache_queries),
+            *_sample("prefix_cache_hits_total", "counter", labels, self.prefix_cache_hits),
             "# TYPE atom:request_success_total counter",
         ]
         for reason in ("stop", "length", *sorted(set(self.success) - {"stop", "length"})):
@@ -199,5 +221,5 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def _sample(name: str, kind: str, labels: str, value: int) -> list[str]:
+def _sample(name: str, kind: str, labels: str, value: float) -> list[str]:
     return [f"# TYPE atom:{name} {kind}", f"atom:{name}{{{labels}}} {value}"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from atom.events import Envelope, Event, RequestReceived
+from atom.events import Envelope, Event, RequestEvent, RequestReceived
 from atom.wire import BodyRenderer, StreamRenderer, renderer_for
 
 
@@ -42,6 +42,6 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
         if isinstance(event, RequestReceived):
             renderers[event.request_id] = renderer_for(event)
             responses[event.request_id] = ReplayedResponse(request_id=event.request_id)
-        elif event.request_id in renderers:
+        elif isinstance(event, RequestEvent) and event.request_id in renderers:
             responses[event.request_id].feed(renderers[event.request_id], event)
     return list(responses.values())

@@ -41,14 +41,15 @@ def dumps(obj: Any) -> bytes:
 
 
 def usage_of(done: RequestCompleted) -> dict[str, Any]:
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": done.prompt_tokens,
         "completion_tokens": done.completion_tokens,
         "total_tokens": done.prompt_tokens + done.completion_tokens,
-        "ttft_s": done.ttft_s,
-        "tpot_s": done.tpot_s,
-        "latency_s": done.latency_s,
     }
+    if done.cached_tokens is not None:  # logs from before prefix caching have none
+        usage["prompt_tokens_details"] = {"cached_tokens": done.cached_tokens}
+    usage.update(ttft_s=done.ttft_s, tpot_s=done.tpot_s, latency_s=done.latency_s)
+    return usage
 
 
 def error_output(failed: RequestFailed) -> Output:

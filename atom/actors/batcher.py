@@ -19,6 +19,7 @@ from atom.actors.outbox import Outbox
 from atom.errors import AtomError, Overloaded
 from atom.events import (
     Abort,
+    EngineStepped,
     Envelope,
     Event,
     RequestReleased,
@@ -105,10 +106,21 @@ class Batcher:
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
+            stats = self._scheduler.stats
             sampled = await trio.to_thread.run_sync(self._runner.step, plan, limiter=self._limiter)
             self._num_steps += 1
             for output in self._scheduler.update(plan, sampled):
                 self._deliver(output)
+            self._publish(
+                EngineStepped(
+                    num_tokens=plan.num_tokens,
+                    num_seqs=len(plan.chunks),
+                    kv_cache_usage=self._scheduler.kv.usage,
+                    num_preemptions=stats.num_preemptions,
+                    prefix_cache_queries=stats.prefix_cache_queries,
+                    prefix_cache_hits=stats.prefix_cache_hits,
+                )
+            )
             await trio.lowlevel.checkpoint()  # let request actors run between steps
 
     def fail_all(self, error: AtomError) -> None:
@@ -168,6 +180,7 @@ class Batcher:
             choice_idx=seq.choice_idx,
             token_ids=(output.token_id,),
             finish_reason=output.finish_reason,
+            num_cached_tokens=seq.num_cached_tokens if output.is_first else None,
         )
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:

@@ -24,6 +24,7 @@ from atom.actors.logger import RequestLogger
 from atom.config import Settings
 from atom.errors import EngineFailed
 from atom.metrics import Metrics
+from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Runtime
 from atom.model.scheduler import Scheduler
 
@@ -90,7 +91,14 @@ class Engine:
 
     async def _serve(self, runtime: Runtime) -> None:
         s = self.settings
+        runner = runtime.runner
+        kv = KVCacheManager(
+            num_blocks=runner.num_blocks,
+            block_size=runner.block_size,
+            enable_prefix_caching=s.enable_prefix_caching,
+        )
         scheduler = Scheduler(
+            kv=kv,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             eos_token_ids=runtime.runner.eos_token_ids,
@@ -109,7 +117,14 @@ class Engine:
             clock=self._clock,
             max_model_len=runtime.max_model_len,
         )
-        log.info("engine_ready", max_model_len=runtime.max_model_len, max_num_seqs=s.max_num_seqs)
+        log.info(
+            "engine_ready",
+            max_model_len=runtime.max_model_len,
+            max_num_seqs=s.max_num_seqs,
+            num_kv_blocks=runner.num_blocks,
+            block_size=runner.block_size,
+            max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
+        )
         try:
             await batcher.run()
         except Exception:

@@ -34,6 +34,7 @@ from atom.events import (
     RequestFailed,
     RequestReceived,
     Submit,
+    TokensSampled,
 )
 from atom.text.choice import ChoiceText
 from atom.wire import Output, renderer_for
@@ -67,6 +68,7 @@ class RequestActor:
         self._first_token_at: float | None = None
         self._last_token_at = 0.0
         self._num_tokens: dict[int, int] = {}
+        self._cached_tokens = 0
 
     @property
     def request_id(self) -> str:
@@ -128,8 +130,12 @@ class RequestActor:
                     self._first_token_at = batch[0].at
                 self._last_token_at = batch[-1].at
                 for envelope in batch:
+                    sampled = envelope.event
+                    assert isinstance(sampled, TokensSampled)
+                    if sampled.choice_idx == 0 and sampled.num_cached_tokens is not None:
+                        self._cached_tokens = sampled.num_cached_tokens
                     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        inboxes[envelope.event.choice_idx].send_nowait(envelope)  # type: ignore[attr-defined]
+                        inboxes[sampled.choice_idx].send_nowait(envelope)
         finally:
             for channel in inboxes.values():
                 channel.close()
@@ -153,6 +159,7 @@ class RequestActor:
             ttft_s=first - self._received_at,
             tpot_s=(self._last_token_at - first) / (longest - 1) if longest > 1 else 0.0,
             latency_s=self._core.clock() - self._received_at,
+            cached_tokens=self._cached_tokens,
         )
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:

@@ -84,7 +84,13 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
         created=int(core.clock()),
         body=payload,
     )
-    submit = Submit(request_id=request_id, prompt_ids=prompt_ids, params=params, num_choices=body.n)
+    submit = Submit(
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        params=params,
+        num_choices=body.n,
+        cache_salt=body.cache_salt,
+    )
     return GenerationRequest(received=received, submit=submit)
 
 

@@ -68,6 +68,7 @@ class _SamplingBody(_Body):
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    cache_salt: str | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -1,10 +1,13 @@
-"""The ragged attention function registered with transformers, and per-sequence KV storage.
+"""The ragged paged-attention function registered with transformers.
 
 One forward runs every scheduled token of every sequence flattened into a batch
-of one: query is (1, heads, num_tokens, dim). `StepMeta` (passed as a forward
-keyword, which transformers hands to every attention call) says which slice of
-tokens belongs to which sequence; the function writes that slice's K/V into
-the sequence's cache and attends over everything the sequence has cached.
+of one: query is (1, heads, num_tokens, dim). `StepMeta` (a forward keyword that
+transformers passes to every attention call) carries, once per step, the flat
+KV slot of every new token and how to read each sequence back:
+
+- prefill slices (several new tokens): gather the sequence's slots, causal SDPA;
+- the decode group (one new token each): one padded gather and one batched SDPA
+  with a length mask, so decode costs one kernel per layer whatever the batch.
 """
 
 from __future__ import annotations
@@ -15,48 +18,39 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-ATTN_IMPLEMENTATION = "atom_ragged"
-
-
-class SeqKVCache:
-    """Contiguous K/V of one sequence for all layers; grows by doubling. Owned by the runner."""
-
-    def __init__(self, *, num_layers: int, num_kv_heads: int, head_dim: int, like: torch.Tensor):
-        self._shape = (num_layers, num_kv_heads, 0, head_dim)
-        self.keys = like.new_empty(self._shape)
-        self.values = like.new_empty(self._shape)
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.shape[2]
-
-    def reserve(self, num_tokens: int) -> None:
-        if num_tokens <= self.capacity:
-            return
-        size = max(num_tokens, 2 * self.capacity, 64)
-        grown_k = self.keys.new_empty((*self._shape[:2], size, self._shape[3]))
-        grown_v = torch.empty_like(grown_k)
-        grown_k[:, :, : self.capacity] = self.keys
-        grown_v[:, :, : self.capacity] = self.values
-        self.keys, self.values = grown_k, grown_v
+ATTN_IMPLEMENTATION = "atom_paged"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SeqSlice:
-    """Tokens [q_start, q_start+q_len) of the flat batch are positions start_pos.. of `cache`."""
+class PrefillSlice:
+    """Query tokens [q_start, q_start+q_len) are positions start_pos.. of one sequence,
+    whose KV lives at `read_slots` (every position up to start_pos+q_len)."""
 
     q_start: int
     q_len: int
     start_pos: int
-    cache: SeqKVCache
+    read_slots: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeGroup:
+    """Query rows `q_idx` (one token per sequence) read `read_slots` [batch, max_len],
+    padded; `mask` [batch, 1, 1, max_len] is True where a slot is real."""
+
+    q_idx: torch.Tensor
+    read_slots: torch.Tensor
+    mask: torch.Tensor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepMeta:
-    slices: tuple[SeqSlice, ...]
+    kv_cache: torch.Tensor  # [layers, 2, num_slots, kv_heads, head_dim], owned by the runner
+    write_slots: torch.Tensor  # [num_tokens]
+    prefills: tuple[PrefillSlice, ...]
+    decode: DecodeGroup | None
 
 
-def ragged_attention(
+def paged_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -67,35 +61,52 @@ def ragged_attention(
     step_meta: StepMeta,
     **_: object,
 ) -> tuple[torch.Tensor, None]:
-    """Write each sequence's new K/V, attend over its cache; returns (1, tokens, heads, dim)."""
+    """Write the step's K/V into the paged cache, attend; returns (1, tokens, heads, dim)."""
     layer = int(module.layer_idx)  # type: ignore[arg-type]
-    outputs = [_attend_one(layer, query, key, value, s, scaling) for s in step_meta.slices]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+    k_cache, v_cache = step_meta.kv_cache[layer, 0], step_meta.kv_cache[layer, 1]
+    k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1))
+    v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1))
+    out = torch.empty_like(query)
+    for s in step_meta.prefills:
+        q_slice = slice(s.q_start, s.q_start + s.q_len)
+        out[:, :, q_slice] = _prefill(query[:, :, q_slice], k_cache, v_cache, s, scaling)
+    if step_meta.decode is not None:
+        d = step_meta.decode
+        out[0, :, d.q_idx] = _decode(query, k_cache, v_cache, d, scaling)
+    return out.transpose(1, 2), None
 
 
-def _attend_one(
-    layer: int,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    s: SeqSlice,
+def _prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    s: PrefillSlice,
     scaling: float | None,
 ) -> torch.Tensor:
+    k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
+    v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
+    if s.start_pos == 0:
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scaling, enable_gqa=True
+        )
     end = s.start_pos + s.q_len
-    q_slice = slice(s.q_start, s.q_start + s.q_len)
-    s.cache.keys[layer, :, s.start_pos : end] = key[0, :, q_slice]
-    s.cache.values[layer, :, s.start_pos : end] = value[0, :, q_slice]
-    k = s.cache.keys[layer : layer + 1, :, :end]
-    v = s.cache.values[layer : layer + 1, :, :end]
-    q = query[:, :, q_slice]
-    mask = None
-    if s.q_len > 1 and s.start_pos > 0:
-        q_pos = torch.arange(s.start_pos, end, device=q.device)
-        mask = q_pos[:, None] >= torch.arange(end, device=q.device)[None, :]
-    is_causal = s.q_len > 1 and s.start_pos == 0
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scaling, enable_gqa=True
-    )
+    q_pos = torch.arange(s.start_pos, end, device=q.device)
+    mask = q_pos[:, None] >= torch.arange(end, device=q.device)[None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
 
 
-AttentionInterface.register(ATTN_IMPLEMENTATION, ragged_attention)
+def _decode(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    d: DecodeGroup,
+    scaling: float | None,
+) -> torch.Tensor:
+    q = query[0, :, d.q_idx].transpose(0, 1).unsqueeze(2)  # [batch, heads, 1, dim]
+    k = k_cache[d.read_slots].permute(0, 2, 1, 3)  # [batch, kv_heads, max_len, dim]
+    v = v_cache[d.read_slots].permute(0, 2, 1, 3)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=d.mask, scale=scaling, enable_gqa=True)
+    return o[:, :, 0].transpose(0, 1)  # [heads, batch, dim]
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention)

@@ -2,6 +2,9 @@
 
 Each sequence answers with a scripted reply (by default its prompt reversed;
 a random pick from the prompt when sampling with a seed), then an EOS token.
+It keeps a fake paged KV store of token ids and reads every sequence's context
+back through its block table, so a wrong table (a bad prefix hit, a block
+reused too early) changes the reply or fails loudly, as a real model would.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from atom.events import SamplingParams
-from atom.model.runner import SeqChunk, StepPlan
+from atom.model.runner import SeqChunk, StepPlan, slot_of
 
 Script = Callable[[tuple[int, ...], SamplingParams, int], Sequence[int]]
 
@@ -27,10 +30,9 @@ def reverse_script(prompt_ids: tuple[int, ...], params: SamplingParams, seed: in
 
 @dataclass(slots=True)
 class _FakeSeq:
-    num_cached: int
-    prompt_ids: list[int]
+    prompt_ids: tuple[int, ...]
     reply: list[int]
-    num_sampled: int = 0
+    sampled: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -39,10 +41,13 @@ class FakeRunner:
 
     eos_token_id: int = 0
     max_model_len: int = 4096
+    num_blocks: int = 4096
+    block_size: int = 16
     script: Script = reverse_script
     step_delay_s: float = 0.0
-    _seqs: dict[str, _FakeSeq] = field(default_factory=dict)
     num_steps: int = 0
+    _seqs: dict[str, _FakeSeq] = field(default_factory=dict)
+    _slots: dict[int, int] = field(default_factory=dict)
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -52,24 +57,27 @@ class FakeRunner:
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         self.num_steps += 1
-        sampled = {chunk.seq_id: self._advance(chunk) for chunk in plan.chunks}
-        return {seq_id: token for seq_id, token in sampled.items() if token is not None}
+        for chunk in plan.chunks:  # write every chunk first: one forward sees them all
+            for offset, token in enumerate(chunk.token_ids):
+                self._slots[self._slot(chunk, chunk.start_pos + offset)] = token
+        return {c.seq_id: self._sample(c) for c in plan.chunks if c.needs_sample}
 
-    def _advance(self, chunk: SeqChunk) -> int | None:
+    def _slot(self, chunk: SeqChunk, pos: int) -> int:
+        return slot_of(chunk.block_ids, pos, self.block_size)
+
+    def _sample(self, chunk: SeqChunk) -> int:
+        end = chunk.start_pos + len(chunk.token_ids)
+        context = tuple(self._slots[self._slot(chunk, pos)] for pos in range(end))
         seq = self._seqs.get(chunk.seq_id)
         if seq is None:
-            seq = self._seqs[chunk.seq_id] = _FakeSeq(num_cached=0, prompt_ids=[], reply=[])
-        if chunk.start_pos != seq.num_cached:
-            raise ValueError(f"{chunk.seq_id}: start_pos {chunk.start_pos} != {seq.num_cached}")
-        seq.num_cached += len(chunk.token_ids)
-        if seq.num_sampled == 0:
-            seq.prompt_ids.extend(chunk.token_ids)
-        if not chunk.needs_sample:
-            return None
-        if seq.num_sampled == 0:
-            seq.reply = list(self.script(tuple(seq.prompt_ids), chunk.params, chunk.seed))
-        idx, seq.num_sampled = seq.num_sampled, seq.num_sampled + 1
-        return seq.reply[idx] if idx < len(seq.reply) else self.eos_token_id
+            reply = list(self.script(context, chunk.params, chunk.seed))
+            seq = self._seqs[chunk.seq_id] = _FakeSeq(prompt_ids=context, reply=reply)
+        elif context != seq.prompt_ids + tuple(seq.sampled):
+            raise ValueError(f"{chunk.seq_id}: the KV cache does not hold the sequence's tokens")
+        idx = len(seq.sampled)
+        token = seq.reply[idx] if idx < len(seq.reply) else self.eos_token_id
+        seq.sampled.append(token)
+        return token
 
     def release(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)

@@ -118,7 +118,7 @@ def load_runtime(settings: Settings) -> Runtime:
     """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
     import torch
 
-    from atom.model.torch_runner import TorchRunner
+    from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
@@ -131,10 +131,29 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=getattr(torch, dtype_name),
         max_model_len=settings.max_model_len,
     )
-    runner = TorchRunner(
-        loaded.model, eos_token_ids=eos_token_ids(loaded), max_model_len=loaded.max_model_len
+    per_block = kv_bytes_per_block(
+        loaded.model.config, settings.block_size, getattr(torch, dtype_name)
     )
-    log.info("model_loaded", source=loaded.source, device=device, dtype=dtype_name)
+    num_blocks = kv_cache_bytes(settings, device) // per_block
+    if num_blocks * settings.block_size < loaded.max_model_len:
+        raise ValueError(
+            f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
+            f"max_model_len {loaded.max_model_len}: raise --kv-cache-memory-bytes"
+        )
+    runner = TorchRunner(
+        loaded.model,
+        eos_token_ids=eos_token_ids(loaded),
+        max_model_len=loaded.max_model_len,
+        num_blocks=num_blocks,
+        block_size=settings.block_size,
+    )
+    log.info(
+        "model_loaded",
+        source=loaded.source,
+        device=device,
+        dtype=dtype_name,
+        kv_cache_bytes=num_blocks * per_block,
+    )
     return Runtime(runner=runner, tokenizer=loaded.tokenizer, max_model_len=loaded.max_model_len)
 
 
@@ -144,3 +163,19 @@ def eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
     configured = getattr(loaded.model.generation_config, "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     return frozenset(int(i) for i in ids if i is not None)
+
+
+CPU_KV_CACHE_BYTES = 2 << 30
+
+
+def kv_cache_bytes(settings: Settings, device: str) -> int:
+    """--kv-cache-memory-bytes if set; on CUDA the --gpu-memory-utilization share of the
+    device left after the weights; on CPU 2 GiB."""
+    import torch
+
+    if settings.kv_cache_memory_bytes:
+        return settings.kv_cache_memory_bytes
+    if device.startswith("cuda"):
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        return max(0, int(total * settings.gpu_memory_utilization) - (total - free))
+    return CPU_KV_CACHE_BYTES

@@ -21,12 +21,15 @@ class SeqChunk:
     When `needs_sample`, the runner samples the sequence's next token from the last
     position (a prefill chunk that does not reach the prompt's end needs none, so a
     seeded generator advances the same way however the prompt was split). `seed`
-    seeds the sequence's own generator when the runner first sees it.
+    seeds the sequence's own generator when the runner first sees it. `block_ids`
+    is the sequence's block table; it covers every position below
+    `start_pos + len(token_ids)`, and positions below `start_pos` are already there.
     """
 
     seq_id: str
     token_ids: tuple[int, ...]
     start_pos: int
+    block_ids: tuple[int, ...] = ()
     params: SamplingParams
     seed: int
     needs_sample: bool = True
@@ -41,11 +44,21 @@ class StepPlan:
         return sum(len(c.token_ids) for c in self.chunks)
 
 
+def slot_of(block_ids: tuple[int, ...], pos: int, block_size: int) -> int:
+    """The flat KV slot of position `pos` in a sequence with this block table."""
+    return block_ids[pos // block_size] * block_size + pos % block_size
+
+
 class Runner(Protocol):
-    """A model behind one ragged step. Called from one worker thread at a time."""
+    """A model behind one ragged step. Called from one worker thread at a time.
+
+    The runner owns the KV tensors (`num_blocks` blocks of `block_size` slots);
+    the Scheduler's KVCacheManager decides which blocks each sequence uses."""
 
     eos_token_ids: frozenset[int]
     max_model_len: int
+    num_blocks: int
+    block_size: int
 
     def step(self, plan: StepPlan) -> Mapping[str, int]:
         """Run every chunk in one forward; return the sampled token of each chunk that
@@ -53,7 +66,7 @@ class Runner(Protocol):
         ...
 
     def release(self, seq_id: str) -> None:
-        """Forget a sequence and free its cache; unknown ids are ignored."""
+        """Forget a finished sequence (its generator); unknown ids are ignored."""
         ...
 
     def num_sequences(self) -> int:

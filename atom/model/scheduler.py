@@ -1,8 +1,11 @@
 """Scheduler: sequence bookkeeping and one token budget per step (pure, no trio, no torch).
 
-Each step: every decoding sequence gets one token first, then prefilling
-sequences get what is left of the budget, oldest first; a prompt longer than
-the budget is prefilled over several steps (chunked prefill).
+Each step: every decoding sequence gets one token first (preempting the newest
+sequences by recompute when blocks run out), then prefilling sequences get
+what is left of the budget, oldest first; a prompt longer than the budget is
+prefilled over several steps (chunked prefill). Choices after the first of a
+request wait until the first has filled the prompt's blocks, then reuse them
+through the prefix cache.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atom.events import FinishReason, SamplingParams, Submit
+from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import SeqChunk, StepPlan
 
 
@@ -23,13 +27,20 @@ class Sequence:
     choice_idx: int
     params: SamplingParams
     seed: int
+    cache_salt: str | None
     token_ids: list[int]
     num_prompt_tokens: int
     num_computed: int = 0
+    num_cached_tokens: int | None = None  # prefix-cache hit at first admission
+    has_blocks: bool = False
 
     @property
     def num_output(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.has_blocks and self.num_computed == len(self.token_ids) - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +50,16 @@ class SeqOutput:
     seq: Sequence
     token_id: int
     finish_reason: FinishReason | None
+    is_first: bool
+
+
+@dataclass(slots=True)
+class StepStats:
+    """What one `schedule()` did, for the engine's metrics."""
+
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
 
 
 def choice_seed(seed: int, choice_idx: int) -> int:
@@ -50,16 +71,19 @@ class Scheduler:
     def __init__(
         self,
         *,
+        kv: KVCacheManager,
         max_num_seqs: int,
         max_num_batched_tokens: int,
         eos_token_ids: frozenset[int],
         max_model_len: int,
     ) -> None:
+        self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
         self._max_model_len = max_model_len
         self._seqs: dict[str, Sequence] = {}  # insertion order is arrival order
+        self.stats = StepStats()
 
     @property
     def num_seqs(self) -> int:
@@ -69,7 +93,7 @@ class Scheduler:
         return self.num_seqs + num_seqs <= self.max_num_seqs
 
     def add(self, submit: Submit) -> list[Sequence]:
-        """Start one sequence per choice of `submit`."""
+        """Start one sequence per choice of `submit` (blocks come when it is scheduled)."""
         new = [
             Sequence(
                 seq_id=f"{submit.request_id}/{idx}",
@@ -77,6 +101,7 @@ class Scheduler:
                 choice_idx=idx,
                 params=submit.params,
                 seed=choice_seed(submit.params.seed, idx),
+                cache_salt=submit.cache_salt,
                 token_ids=list(submit.prompt_ids),
                 num_prompt_tokens=len(submit.prompt_ids),
             )
@@ -86,51 +111,117 @@ class Scheduler:
         return new
 
     def remove(self, seq_id: str) -> Sequence | None:
-        return self._seqs.pop(seq_id, None)
+        seq = self._seqs.pop(seq_id, None)
+        if seq is not None:
+            self.kv.free(seq_id)
+        return seq
 
     def seqs_of(self, request_id: str) -> list[Sequence]:
         return [s for s in self._seqs.values() if s.request_id == request_id]
 
+    # --- planning ------------------------------------------------------------------
+
     def schedule(self) -> StepPlan:
         """Plan one step within the token budget: decodes first, then prefill chunks."""
-        budget = self.max_num_batched_tokens
-        decodes = [s for s in self._seqs.values() if s.num_computed >= s.num_prompt_tokens]
-        prefills = [s for s in self._seqs.values() if s.num_computed < s.num_prompt_tokens]
-        chunks = [self._chunk(s, s.num_computed, len(s.token_ids)) for s in decodes[:budget]]
-        budget -= len(chunks)
-        for s in prefills:
+        self.stats = StepStats()
+        chunks = self._schedule_decodes()
+        planned = {c.seq_id for c in chunks}
+        budget = self.max_num_batched_tokens - len(chunks)
+        for seq in list(self._seqs.values()):
             if budget <= 0:
                 break
-            end = min(s.num_prompt_tokens, s.num_computed + budget)
-            chunks.append(self._chunk(s, s.num_computed, end))
-            budget -= end - s.num_computed
+            if seq.seq_id in planned or self._waits_for_sibling(seq):
+                continue
+            chunk = self._prefill_chunk(seq, budget, planned)
+            if chunk is None:
+                break  # out of blocks: later prefills wait for the next step
+            chunks.append(chunk)
+            planned.add(seq.seq_id)
+            budget -= len(chunk.token_ids)
         return StepPlan(chunks=tuple(chunks))
+
+    def _schedule_decodes(self) -> list[SeqChunk]:
+        chunks: list[SeqChunk] = []
+        for seq in [s for s in self._seqs.values() if s.is_decoding]:
+            if not seq.has_blocks:
+                continue  # preempted by an older sequence in this loop
+            while not self.kv.allocate(seq.seq_id, len(seq.token_ids)):
+                victim = self._newest_with_blocks()
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.has_blocks:
+                chunks.append(self._chunk(seq, seq.num_computed, len(seq.token_ids)))
+        return chunks[: self.max_num_batched_tokens]
+
+    def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
+        if not seq.has_blocks:
+            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, seq.cache_salt)
+            seq.has_blocks, seq.num_computed = True, num_cached
+            if seq.num_cached_tokens is None:
+                seq.num_cached_tokens = num_cached
+                self.stats.prefix_cache_queries += seq.num_prompt_tokens
+                self.stats.prefix_cache_hits += num_cached
+        end = min(len(seq.token_ids), seq.num_computed + budget)
+        while not self.kv.allocate(seq.seq_id, end):
+            # Sequences with a chunk in this step's plan keep their blocks: the chunk
+            # must not write into blocks handed to someone else.
+            victim = self._newest_with_blocks(skip=planned)
+            if victim is seq:
+                return None  # nothing newer to take blocks from: wait for the next step
+            self._preempt(victim)
+        return self._chunk(seq, seq.num_computed, end)
+
+    def _waits_for_sibling(self, seq: Sequence) -> bool:
+        """Choice k > 0 waits until choice 0 has computed the prompt's blocks."""
+        if seq.choice_idx == 0 or seq.has_blocks:
+            return False
+        first = self._seqs.get(f"{seq.request_id}/0")
+        return first is not None and first.num_computed < first.num_prompt_tokens
+
+    def _newest_with_blocks(self, *, skip: set[str] | frozenset[str] = frozenset()) -> Sequence:
+        candidates = (s for s in reversed(self._seqs.values()) if s.has_blocks)
+        return next(s for s in candidates if s.seq_id not in skip)
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free the sequence's blocks; it recomputes prompt and output later."""
+        self.kv.free(seq.seq_id)
+        seq.has_blocks, seq.num_computed = False, 0
+        self.stats.num_preemptions += 1
 
     def _chunk(self, seq: Sequence, start: int, end: int) -> SeqChunk:
         return SeqChunk(
             seq_id=seq.seq_id,
             token_ids=tuple(seq.token_ids[start:end]),
             start_pos=start,
+            block_ids=self.kv.table(seq.seq_id),
             params=seq.params,
             seed=seq.seed,
             needs_sample=end == len(seq.token_ids),
         )
+
+    # --- results -------------------------------------------------------------------
 
     def update(self, plan: StepPlan, sampled: Mapping[str, int]) -> list[SeqOutput]:
         """Record a finished step; finished sequences are removed and reported."""
         outputs = []
         for chunk in plan.chunks:
             seq = self._seqs.get(chunk.seq_id)
-            if seq is None:
+            if seq is None or not seq.has_blocks:
                 continue
             seq.num_computed = chunk.start_pos + len(chunk.token_ids)
+            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
             if chunk.needs_sample:
-                seq.token_ids.append(sampled[chunk.seq_id])
-                reason = self._finish_reason(seq)
-                if reason is not None:
-                    del self._seqs[seq.seq_id]
-                outputs.append(SeqOutput(seq=seq, token_id=seq.token_ids[-1], finish_reason=reason))
+                outputs.append(self._append(seq, sampled[chunk.seq_id]))
         return outputs
+
+    def _append(self, seq: Sequence, token_id: int) -> SeqOutput:
+        is_first = seq.num_output == 0
+        seq.token_ids.append(token_id)
+        reason = self._finish_reason(seq)
+        if reason is not None:
+            self.remove(seq.seq_id)
+        return SeqOutput(seq=seq, token_id=token_id, finish_reason=reason, is_first=is_first)
 
     def _finish_reason(self, seq: Sequence) -> FinishReason | None:
         if seq.token_ids[-1] in self._eos and not seq.params.ignore_eos:

@@ -3,99 +3,133 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from atom.model.attention import ATTN_IMPLEMENTATION, SeqKVCache, SeqSlice, StepMeta
-from atom.model.runner import SeqChunk, StepPlan
+from atom.model.attention import ATTN_IMPLEMENTATION, DecodeGroup, PrefillSlice, StepMeta
+from atom.model.runner import SeqChunk, StepPlan, slot_of
 from atom.model.sampler import sample
 
 
-@dataclass(slots=True)
-class _SeqState:
-    cache: SeqKVCache
-    generator: torch.Generator
-    num_cached: int = 0
+def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
+    text = config.get_text_config()
+    kv_heads = int(getattr(text, "num_key_value_heads", text.num_attention_heads))
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return int(text.num_hidden_layers) * 2 * block_size * kv_heads * head_dim * itemsize
 
 
 class TorchRunner:
-    """Owns the model and each sequence's KV cache and generator. Not thread-safe: one caller."""
+    """Owns the model, the paged KV tensor and each sequence's generator. One caller at a time."""
 
-    def __init__(self, model: Any, *, eos_token_ids: frozenset[int], max_model_len: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        num_blocks: int,
+        block_size: int,
+    ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
-        config = model.config.get_text_config()
-        self._num_layers = int(config.num_hidden_layers)
-        self._num_kv_heads = int(getattr(config, "num_key_value_heads", config.num_attention_heads))
-        self._head_dim = int(
-            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        text = model.config.get_text_config()
+        kv_heads = int(getattr(text, "num_key_value_heads", text.num_attention_heads))
+        head_dim = int(
+            getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         )
-        self._param = next(model.parameters())
-        self._seqs: dict[str, _SeqState] = {}
+        param = next(model.parameters())
+        self._device = param.device
+        shape = (int(text.num_hidden_layers), 2, num_blocks * block_size, kv_heads, head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
+        self._generators: dict[str, torch.Generator] = {}
 
     def step(self, plan: StepPlan) -> Mapping[str, int]:
         with torch.inference_mode():
-            states = [self._state_for(chunk) for chunk in plan.chunks]
-            logits = self._forward(plan.chunks, states)
-            picked = [(c, s) for c, s in zip(plan.chunks, states, strict=True) if c.needs_sample]
+            logits = self._forward(plan.chunks)
+            picked = [c for c in plan.chunks if c.needs_sample]
             if not picked:
                 return {}
-            rows = torch.tensor([i for i, c in enumerate(plan.chunks) if c.needs_sample])
             tokens = sample(
-                logits[rows.to(logits.device)],
-                [c.params for c, _ in picked],
-                [s.generator for _, s in picked],
+                logits, [c.params for c in picked], [self._generator(c) for c in picked]
             )
-        return {chunk.seq_id: token for (chunk, _), token in zip(picked, tokens, strict=True)}
+        return {chunk.seq_id: token for chunk, token in zip(picked, tokens, strict=True)}
 
-    def _forward(self, chunks: tuple[SeqChunk, ...], states: list[_SeqState]) -> torch.Tensor:
-        device = self._param.device
-        slices: list[SeqSlice] = []
+    def _forward(self, chunks: tuple[SeqChunk, ...]) -> torch.Tensor:
         ids: list[int] = []
         positions: list[int] = []
-        q_start = 0
-        for chunk, state in zip(chunks, states, strict=True):
-            n = len(chunk.token_ids)
-            state.cache.reserve(chunk.start_pos + n)
-            slices.append(
-                SeqSlice(q_start=q_start, q_len=n, start_pos=chunk.start_pos, cache=state.cache)
-            )
+        for chunk in chunks:
             ids.extend(chunk.token_ids)
-            positions.extend(range(chunk.start_pos, chunk.start_pos + n))
-            state.num_cached = chunk.start_pos + n
-            q_start += n
-        last = torch.tensor([s.q_start + s.q_len - 1 for s in slices], device=device)
+            positions.extend(range(chunk.start_pos, chunk.start_pos + len(chunk.token_ids)))
+        last, q_start = [], 0
+        for chunk in chunks:
+            q_start += len(chunk.token_ids)
+            if chunk.needs_sample:
+                last.append(q_start - 1)
         out = self.model(
-            input_ids=torch.tensor([ids], device=device),
-            position_ids=torch.tensor([positions], device=device),
+            input_ids=torch.tensor([ids], device=self._device),
+            position_ids=torch.tensor([positions], device=self._device),
             use_cache=False,
-            logits_to_keep=last,
-            step_meta=StepMeta(slices=tuple(slices)),
+            logits_to_keep=torch.tensor(last, dtype=torch.long, device=self._device),
+            step_meta=self._meta(chunks),
         )
         return out.logits[0]
 
-    def _state_for(self, chunk: SeqChunk) -> _SeqState:
-        state = self._seqs.get(chunk.seq_id)
-        if state is None:
-            generator = torch.Generator(device=self._param.device)
+    def _meta(self, chunks: tuple[SeqChunk, ...]) -> StepMeta:
+        dev, bs = self._device, self.block_size
+        write: list[int] = []
+        prefills: list[PrefillSlice] = []
+        decodes: list[tuple[int, list[int]]] = []
+        for chunk in chunks:
+            end = chunk.start_pos + len(chunk.token_ids)
+            write.extend(slot_of(chunk.block_ids, p, bs) for p in range(chunk.start_pos, end))
+            read = [slot_of(chunk.block_ids, p, bs) for p in range(end)]
+            q_start = len(write) - len(chunk.token_ids)
+            if len(chunk.token_ids) == 1:
+                decodes.append((q_start, read))
+            else:
+                slots = torch.tensor(read, device=dev)
+                prefills.append(
+                    PrefillSlice(
+                        q_start=q_start,
+                        q_len=len(chunk.token_ids),
+                        start_pos=chunk.start_pos,
+                        read_slots=slots,
+                    )
+                )
+        return StepMeta(
+            kv_cache=self.kv_cache,
+            write_slots=torch.tensor(write, device=dev),
+            prefills=tuple(prefills),
+            decode=self._decode_group(decodes) if decodes else None,
+        )
+
+    def _decode_group(self, decodes: list[tuple[int, list[int]]]) -> DecodeGroup:
+        max_len = max(len(read) for _, read in decodes)
+        padded = [read + [0] * (max_len - len(read)) for _, read in decodes]
+        lengths = torch.tensor([len(read) for _, read in decodes], device=self._device)
+        mask = torch.arange(max_len, device=self._device)[None, :] < lengths[:, None]
+        return DecodeGroup(
+            q_idx=torch.tensor([q for q, _ in decodes], device=self._device),
+            read_slots=torch.tensor(padded, device=self._device),
+            mask=mask[:, None, None, :],
+        )
+
+    def _generator(self, chunk: SeqChunk) -> torch.Generator:
+        generator = self._generators.get(chunk.seq_id)
+        if generator is None:
+            generator = torch.Generator(device=self._device)
             generator.manual_seed(chunk.seed)
-            cache = SeqKVCache(
-                num_layers=self._num_layers,
-                num_kv_heads=self._num_kv_heads,
-                head_dim=self._head_dim,
-                like=self._param,
-            )
-            state = self._seqs[chunk.seq_id] = _SeqState(cache=cache, generator=generator)
-        if chunk.start_pos != state.num_cached:
-            raise ValueError(f"{chunk.seq_id}: start_pos {chunk.start_pos} != {state.num_cached}")
-        return state
+            self._generators[chunk.seq_id] = generator
+        return generator
 
     def release(self, seq_id: str) -> None:
-        self._seqs.pop(seq_id, None)
+        self._generators.pop(seq_id, None)
 
     def num_sequences(self) -> int:
-        return len(self._seqs)
+        return len(self._generators)

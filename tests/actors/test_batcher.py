@@ -9,6 +9,7 @@ from atom.actors.outbox import Outbox
 from atom.errors import EngineFailed, Overloaded
 from atom.events import Abort, Envelope, RequestReleased, SamplingParams, Submit, TokensSampled
 from atom.model.fake_runner import FakeRunner
+from atom.model.kv_cache import KVCacheManager
 from atom.model.scheduler import Scheduler
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=100)
@@ -21,6 +22,7 @@ def make(
     seen: list[Envelope] = []
     bus.subscribe(seen.append)
     scheduler = Scheduler(
+        kv=KVCacheManager(num_blocks=runner.num_blocks, block_size=runner.block_size),
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=64,
         eos_token_ids=runner.eos_token_ids,

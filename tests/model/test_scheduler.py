@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 from atom.events import FinishReason, SamplingParams, Submit
+from atom.model.kv_cache import KVCacheManager
 from atom.model.scheduler import Scheduler
 
 EOS = 0
 
 
-def make(budget: int = 8, max_num_seqs: int = 4) -> Scheduler:
+def make(budget: int = 8, max_num_seqs: int = 4, num_blocks: int = 64) -> Scheduler:
     return Scheduler(
+        kv=KVCacheManager(num_blocks=num_blocks, block_size=4),
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         eos_token_ids=frozenset({EOS}),

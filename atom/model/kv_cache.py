@@ -1,0 +1,149 @@
+"""KV block manager: fixed-size blocks, per-sequence block tables, ref counts, prefix caching.
+
+Pure bookkeeping (no torch): the runner owns the tensors, this owns which block
+holds what. A full block is keyed by a hash chain over its tokens (the first
+link also covers the request's cache salt), so a new sequence reuses the
+longest chain already cached. Freed blocks keep their hash and stay reusable
+until the free list hands them out again, least recently freed first.
+
+    free list (LRU → MRU):  [ 7 | 3 | 9 (cached h=…) | 2 (cached) ]
+    tables: seq "a/0" → [4, 5, 8]   refs: 4→2 (shared prefix), 5→1, 8→1
+
+Invariants: a block is in the free list iff its ref count is 0; every hash
+in `_cached` maps to a block whose `hash` is that key.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = None
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, salt: str | None) -> list[int]:
+    """The hash chain of every full block of `token_ids`."""
+    hashes: list[int] = []
+    parent: int | object = ("atom-kv", salt)
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        hashes.append(parent)  # type: ignore[arg-type]
+    return hashes  # type: ignore[return-value]
+
+
+class KVCacheManager:
+    def __init__(self, *, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._blocks = [Block(i) for i in range(num_blocks)]
+        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._cached: dict[int, int] = {}  # hash → block id
+        self._tables: dict[str, list[int]] = {}
+        self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
+
+    # --- queries -----------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks referenced by live sequences."""
+        return 1.0 - len(self._free) / self.num_blocks
+
+    def table(self, seq_id: str) -> tuple[int, ...]:
+        return tuple(self._tables.get(seq_id, ()))
+
+    def blocks_needed(self, seq_id: str, num_tokens: int) -> int:
+        have = len(self._tables.get(seq_id, ()))
+        return max(0, -(-num_tokens // self.block_size) - have)
+
+    # --- mutations -----------------------------------------------------------------
+
+    def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: str | None) -> int:
+        """Start `seq_id`'s table with the longest cached prefix; returns the cached token count.
+
+        At least one token is always left to compute, so the step that finishes the
+        prompt produces logits and never writes into a shared block."""
+        assert seq_id not in self._tables, f"{seq_id} already holds blocks"
+        table: list[int] = []
+        if self.enable_prefix_caching:
+            max_blocks = (len(token_ids) - 1) // self.block_size
+            for h in block_hashes(token_ids[: max_blocks * self.block_size], self.block_size, salt):
+                block_id = self._cached.get(h)
+                if block_id is None:
+                    break
+                self._ref(block_id)
+                table.append(block_id)
+        self._tables[seq_id] = table
+        self._num_hashed[seq_id] = len(table)
+        return len(table) * self.block_size
+
+    def allocate(self, seq_id: str, num_tokens: int) -> bool:
+        """Grow the table to cover `num_tokens` positions; False (nothing changed) if short."""
+        needed = self.blocks_needed(seq_id, num_tokens)
+        if needed > len(self._free):
+            return False
+        table = self._tables.setdefault(seq_id, [])
+        self._num_hashed.setdefault(seq_id, 0)
+        for _ in range(needed):
+            block_id, _ = self._free.popitem(last=False)
+            block = self._blocks[block_id]
+            if block.hash is not None:  # evict the least recently freed cached block
+                del self._cached[block.hash]
+                block.hash = None
+            block.ref_count = 1
+            table.append(block_id)
+        return True
+
+    def commit(self, seq_id: str, token_ids: Sequence[int], num_computed: int, salt: str | None):
+        """Register the blocks that `num_computed` tokens filled, for later prefix hits."""
+        if not self.enable_prefix_caching:
+            return
+        table, done = self._tables[seq_id], self._num_hashed[seq_id]
+        num_full = min(num_computed // self.block_size, len(table))
+        if num_full <= done:
+            return
+        hashes = block_hashes(token_ids[: num_full * self.block_size], self.block_size, salt)
+        for idx in range(done, num_full):
+            block = self._blocks[table[idx]]
+            if block.hash is None and hashes[idx] not in self._cached:
+                block.hash = hashes[idx]
+                self._cached[hashes[idx]] = block.block_id
+        self._num_hashed[seq_id] = num_full
+
+    def free(self, seq_id: str) -> None:
+        """Drop `seq_id`'s references; tail blocks go to the free list first (evicted first)."""
+        table = self._tables.pop(seq_id, [])
+        self._num_hashed.pop(seq_id, None)
+        for block_id in reversed(table):
+            block = self._blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+
+    def _ref(self, block_id: int) -> None:
+        block = self._blocks[block_id]
+        if block.ref_count == 0:
+            del self._free[block_id]
+        block.ref_count += 1
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the bookkeeping is inconsistent (tests call this)."""
+        refs = [0] * self.num_blocks
+        for table in self._tables.values():
+            for block_id in table:
+                refs[block_id] += 1
+        for block in self._blocks:
+            assert block.ref_count == refs[block.block_id], block
+            assert (block.ref_count == 0) == (block.block_id in self._free), block
+        for h, block_id in self._cached.items():
+            assert self._blocks[block_id].hash == h

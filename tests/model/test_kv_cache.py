@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atom.events import SamplingParams, Submit
+from atom.model.fake_runner import FakeRunner
+from atom.model.kv_cache import KVCacheManager, block_hashes
+from atom.model.scheduler import Scheduler
+
+
+def test_hash_chain_depends_on_every_earlier_token_and_the_salt() -> None:
+    a = block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], 4, None)
+    b = block_hashes([0, 2, 3, 4, 5, 6, 7, 8], 4, None)
+    assert len(a) == 2 and a[1] != b[1]
+    assert block_hashes([1, 2, 3, 4], 4, "tenant-a") != block_hashes([1, 2, 3, 4], 4, "tenant-b")
+
+
+def test_freed_blocks_stay_cached_until_evicted_least_recently_used() -> None:
+    kv = KVCacheManager(num_blocks=4, block_size=2)
+    prompt = [1, 2, 3, 4, 5]
+    assert kv.acquire_prefix("a", prompt, None) == 0
+    assert kv.allocate("a", 5)
+    kv.commit("a", prompt, 5, None)
+    kv.free("a")
+    assert kv.num_free_blocks == 4
+    assert kv.acquire_prefix("b", prompt, None) == 4  # both full blocks come back
+    assert kv.acquire_prefix("c", prompt, "other-salt") == 0  # isolated by salt
+    assert kv.allocate("c", 4)  # takes the two blocks that were never cached
+    assert not kv.allocate("c", 8)  # only b's blocks are left, and they are in use
+    kv.free("b")
+    kv.free("c")
+    kv.check_invariants()
+    assert kv.num_free_blocks == 4
+
+
+def test_without_prefix_caching_nothing_is_reused() -> None:
+    kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=False)
+    kv.allocate("a", 4)
+    kv.commit("a", [1, 2, 3, 4], 4, None)
+    kv.free("a")
+    assert kv.acquire_prefix("b", [1, 2, 3, 4, 5], None) == 0
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 3), st.integers(1, 40), st.integers(1, 3),
+                  st.integers(1, 12)),
+        st.tuples(st.just("abort"), st.integers(0, 30), st.none(), st.none(), st.none()),
+        st.tuples(st.just("step"), st.none(), st.none(), st.none(), st.none()),
+    ),
+    max_size=60,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, num_blocks=st.integers(12, 40))
+def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
+    ops: list[tuple], num_blocks: int
+) -> None:
+    """Random arrivals (with shared prefixes), aborts and steps against a FakeRunner whose
+    replies depend on reading every token back through the block tables."""
+    runner = FakeRunner(eos_token_id=0, block_size=4, num_blocks=num_blocks)
+    kv = KVCacheManager(num_blocks=num_blocks, block_size=4)
+    scheduler = Scheduler(kv=kv, max_num_seqs=6, max_num_batched_tokens=16,
+                          eos_token_ids=frozenset({0}), max_model_len=48)  # fmt: skip
+    prompts: dict[str, tuple[int, ...]] = {}
+    max_tokens: dict[str, int] = {}
+    outputs: dict[str, list[int]] = {}
+
+    def step() -> None:
+        plan = scheduler.schedule()
+        for out in scheduler.update(plan, runner.step(plan)):
+            outputs.setdefault(out.seq.seq_id, []).append(out.token_id)
+            if out.finish_reason is not None:
+                runner.release(out.seq.seq_id)
+        kv.check_invariants()
+
+    for kind, a, b, c, d in ops:
+        if kind == "add" and scheduler.can_admit(c):
+            rid = f"r{len(prompts)}"
+            prompts[rid] = tuple([5 + a] * 8 + list(range(10, 10 + b)))  # shared 8-token head
+            params = SamplingParams(temperature=0.0, max_tokens=d)
+            max_tokens[rid] = d
+            scheduler.add(Submit(request_id=rid, prompt_ids=prompts[rid], params=params,
+                                 num_choices=c))  # fmt: skip
+        elif kind == "abort" and f"r{a}" in prompts:
+            for seq in scheduler.seqs_of(f"r{a}"):
+                scheduler.remove(seq.seq_id)
+                runner.release(seq.seq_id)
+                outputs.pop(seq.seq_id, None)
+        elif kind == "step":
+            step()
+    while scheduler.num_seqs:
+        step()
+    assert kv.num_free_blocks == num_blocks
+    assert runner.num_sequences() == 0
+    for seq_id, tokens in outputs.items():  # greedy FakeRunner: the prompt reversed, then EOS
+        rid = seq_id.split("/")[0]
+        prompt = prompts[rid]
+        num_out = min(max_tokens[rid], max(1, 48 - len(prompt)))
+        assert tokens == [*reversed(prompt), 0][:num_out]
