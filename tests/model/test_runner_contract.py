@@ -106,7 +106,7 @@ def test_contract_chunked_prefill_gives_the_same_tokens(name: str) -> None:
 def test_contract_prefix_hit_gives_the_same_tokens_as_a_miss(name: str) -> None:
     runner = RUNNERS[name]()
     shared = PROMPTS[13][:40]
-    prompts = [shared + (7, 8, 9), shared + (7, 8, 9), shared + (11,)]
+    prompts = [(*shared, 7, 8, 9), (*shared, 7, 8, 9), (*shared, 11)]
     miss, _ = run_all(runner, prompts, prefix=False)
     kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=BLOCK)
     hits = []
