@@ -19,7 +19,7 @@ serve: setup
 	$(VENV)/bin/hypercorn -k trio -w 0 -b $(HOST):$(PORT) atom.http:app
 
 test: setup
-	$(VENV)/bin/ruff check atom tests
-	$(VENV)/bin/ruff format --check atom tests
+	$(VENV)/bin/ruff check atom tests bench
+	$(VENV)/bin/ruff format --check atom tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q

@@ -25,6 +25,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    quantization: str | None = None
     max_queued_requests: int = 256
     max_n: int = 16
     request_log: str | None = None

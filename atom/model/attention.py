@@ -103,8 +103,10 @@ def _decode(
     scaling: float | None,
 ) -> torch.Tensor:
     q = query[0, :, d.q_idx].transpose(0, 1).unsqueeze(2)  # [batch, heads, 1, dim]
-    k = k_cache[d.read_slots].permute(0, 2, 1, 3)  # [batch, kv_heads, max_len, dim]
-    v = v_cache[d.read_slots].permute(0, 2, 1, 3)
+    shape = (*d.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
+    flat = d.read_slots.flatten()
+    k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)  # [b, kv_heads, len, dim]
+    v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=d.mask, scale=scaling, enable_gqa=True)
     return o[:, :, 0].transpose(0, 1)  # [heads, batch, dim]
 

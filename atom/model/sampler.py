@@ -45,15 +45,24 @@ def sample(
     params: Sequence[SamplingParams],
     generators: Sequence[torch.Generator],
 ) -> list[int]:
-    """One token per row of `logits` (shape [batch, vocab]); greedy rows take the argmax."""
+    """One token per row of `logits` (shape [batch, vocab]); greedy rows take the argmax.
+
+    Cost: an argmax for an all-greedy batch; a sort of the vocabulary per filtered
+    batch only when some row asks for top-k or top-p."""
     logits = logits.float()
+    greedy = logits.argmax(dim=1).tolist()
+    if all(p.is_greedy for p in params):
+        return greedy
     device = logits.device
     temperatures = torch.tensor([p.temperature for p in params], device=device)
-    top_ks = torch.tensor([p.top_k or 0 for p in params], device=device)
-    top_ps = torch.tensor([p.top_p for p in params], device=device)
-    filtered = apply_top_p(apply_top_k(apply_temperature(logits, temperatures), top_ks), top_ps)
+    filtered = apply_temperature(logits, temperatures)
+    if any(p.top_k for p in params):
+        filtered = apply_top_k(
+            filtered, torch.tensor([p.top_k or 0 for p in params], device=device)
+        )
+    if any(p.top_p < 1.0 for p in params):
+        filtered = apply_top_p(filtered, torch.tensor([p.top_p for p in params], device=device))
     probs = filtered.softmax(dim=1)
-    greedy = logits.argmax(dim=1).tolist()
     return [
         greedy[row] if p.is_greedy else _draw(probs[row], generators[row])
         for row, p in enumerate(params)

@@ -1,0 +1,198 @@
+"""Side-by-side serving benchmark: `python -m bench.run [--peer llamacpp] [--floor]`.
+
+Starts ATOM (and, with --peer llamacpp, llama-cpp-python's server on the very same
+GGUF file) on loopback ports, runs the same streaming load against each, and
+prints one JSON document with every number. The peer needs the bench-only extra:
+`pip install 'llama-cpp-python[server]'` into the python given by --peer-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import trio
+
+from atom.model.loader import default_model_path
+from bench.load import Target, run_level, shared_prefix
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(command: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    proc = subprocess.Popen(
+        command,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"{command[0]} exited during start-up"
+            try:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def atom_server(port: int, args: argparse.Namespace) -> Any:
+    command = [
+        sys.executable,
+        "-m",
+        "hypercorn",
+        "-k",
+        "trio",
+        "-w",
+        "0",
+        "-b",
+        f"127.0.0.1:{port}",
+        "atom.http:app",
+    ]
+    env = {"ATOM_LOG_LEVEL": "warning", **dict(kv.split("=", 1) for kv in args.atom_env)}
+    return server(command, f"http://127.0.0.1:{port}/health", env)
+
+
+def llamacpp_server(port: int, args: argparse.Namespace) -> Any:
+    command = [
+        args.peer_python,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(default_model_path()),
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--interrupt_requests",
+        "False",
+        "--model_alias",
+        MODEL,
+    ]
+    return server(command, f"http://127.0.0.1:{port}/v1/models")
+
+
+async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"levels": []}
+    for i, c in enumerate(args.concurrency):
+        num = max(c * args.rounds, 2)
+        level = await run_level(
+            target,
+            concurrency=c,
+            num_requests=num,
+            prompt_words=args.prompt_words,
+            max_tokens=args.output_tokens,
+            salt=i + 1,
+        )
+        print(target.name, json.dumps(level), file=sys.stderr)
+        out["levels"].append(level)
+    if args.shared_prefix_words:
+        out["shared_prefix"] = await shared_prefix(
+            target, prefix_words=args.shared_prefix_words, num_later=4
+        )
+    if args.churn:  # short outputs at c=16: new prompts arrive all the time
+        out["churn_c16"] = await run_level(
+            target,
+            concurrency=16,
+            num_requests=64,
+            prompt_words=args.prompt_words,
+            max_tokens=32,
+            salt=99,
+        )
+    return out
+
+
+def transformers_floor(prompt_words: int, output_tokens: int) -> dict[str, Any]:
+    """transformers' own generate(), batch 1, on the same weights: the floor."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from atom.config import Settings
+    from atom.model.loader import _local_folder
+    from bench.load import prompt_text
+
+    folder = _local_folder(default_model_path(), Settings().cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    msgs = [{"role": "user", "content": prompt_text(prompt_words, 7)}]
+    ids = torch.tensor(
+        [tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=False)]
+    )
+    model.generate(ids, max_new_tokens=4)
+    started = time.perf_counter()
+    model.generate(ids, max_new_tokens=output_tokens, min_new_tokens=output_tokens, do_sample=False)
+    return {"output_tok_s": round(output_tokens / (time.perf_counter() - started), 2)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    p.add_argument("--rounds", type=int, default=2, help="requests per worker at each level")
+    p.add_argument(
+        "--prompt-words", type=int, default=110, help="~128 prompt tokens with the template"
+    )
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--shared-prefix-words", type=int, default=1000)
+    p.add_argument("--churn", action="store_true", help="ITL under constant arrivals at c=16")
+    p.add_argument("--peer", choices=["llamacpp"], action="append", default=[])
+    p.add_argument("--peer-python", default=".venv-bench/bin/python")
+    p.add_argument("--floor", action="store_true", help="also time transformers' generate")
+    p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
+    p.add_argument("--out", help="write the JSON here too")
+    args = p.parse_args()
+    report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
+    runs = [("atom", atom_server, {"ignore_eos": True})]
+    if "llamacpp" in args.peer:  # llama.cpp ignores ignore_eos but honours min_tokens
+        runs.append(("llama-cpp-python", llamacpp_server, {"min_tokens": args.output_tokens}))
+    for name, start, extra in runs:
+        port = free_port()
+        with start(port, args):
+            target = Target(name=name, url=f"http://127.0.0.1:{port}", model=MODEL, extra=extra)
+            report["results"][name] = trio.run(scenarios, target, args)
+    if args.floor:
+        report["results"]["transformers-generate"] = transformers_floor(
+            args.prompt_words, args.output_tokens
+        )
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+if __name__ == "__main__":
+    main()
