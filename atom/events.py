@@ -48,14 +48,55 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int | None = None
+    min_p: float = 0.0
     max_tokens: int = 16
+    min_tokens: int = 0
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     seed: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences, as vLLM tokenizes them
+    logprobs: int | None = None  # top alternatives per sampled token; 0 = the token only
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether sampling looks at the tokens so far (penalties, bad words)."""
+        return bool(
+            self.frequency_penalty
+            or self.presence_penalty
+            or self.repetition_penalty != 1.0
+            or self.bad_words
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenLogprobs:
+    """The sampled token's log-probability and the `top` alternatives (id, logprob),
+    most likely first, from the processed distribution (see docs/user-guide.md)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenText:
+    """A sampled token as text with its logprob and the top alternatives (text, logprob)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +167,7 @@ class TextDelta(RequestEvent):
 
     choice_idx: int
     text: str
+    logprobs: tuple[TokenText, ...] | None = None  # the tokens this delta covers, if asked
 
 
 @_tagged("choice_finished")
@@ -197,6 +239,7 @@ class TokensSampled(RequestEvent):
     token_ids: tuple[int, ...]
     finish_reason: FinishReason | None = None
     num_cached_tokens: int | None = None  # on a choice's first token: its prefix-cache hit
+    logprobs: tuple[TokenLogprobs, ...] | None = None  # one per token, when asked for
 
 
 @_tagged("request_released")

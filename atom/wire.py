@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from atom import wire_logprobs
 from atom.errors import error_body
 from atom.events import (
     ChoiceFinished,
@@ -21,6 +22,7 @@ from atom.events import (
     RequestFailed,
     RequestReceived,
     TextDelta,
+    TokenText,
 )
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -71,6 +73,8 @@ class StreamRenderer:
         self._is_chat = received.endpoint is Endpoint.CHAT
         options = received.body.get("stream_options") or {}
         self._include_usage = bool(options.get("include_usage"))
+        self._logprobs = wire_logprobs.is_requested(received)
+        self._offsets: dict[int, int] = {}  # completions text_offset per choice
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -97,7 +101,7 @@ class StreamRenderer:
             return b"".join(self._chunk(i, role, None) for i in range(event.num_choices))
         if isinstance(event, TextDelta):
             delta = {"content": event.text} if self._is_chat else event.text
-            return self._chunk(event.choice_idx, delta, None)
+            return self._chunk(event.choice_idx, delta, None, self._delta_logprobs(event))
         if isinstance(event, ChoiceFinished):
             delta = {} if self._is_chat else ""
             return self._chunk(event.choice_idx, delta, event.finish_reason.value)
@@ -106,16 +110,21 @@ class StreamRenderer:
             return (_sse(usage) if usage else b"") + SSE_DONE
         return None
 
-    def _chunk(self, idx: int, delta: Any, finish_reason: str | None) -> bytes:
+    def _delta_logprobs(self, event: TextDelta) -> dict[str, Any] | None:
+        if not self._logprobs:
+            return None
+        entries = event.logprobs or ()
         if self._is_chat:
-            choice = {
-                "index": idx,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
-        else:
-            choice = {"index": idx, "text": delta, "logprobs": None, "finish_reason": finish_reason}
+            return wire_logprobs.chat(entries)
+        offset = self._offsets.get(event.choice_idx, 0)
+        self._offsets[event.choice_idx] = offset + sum(len(e.token) for e in entries)
+        return wire_logprobs.completion(entries, offset)
+
+    def _chunk(
+        self, idx: int, delta: Any, finish_reason: str | None, logprobs: Any = None
+    ) -> bytes:
+        key = "delta" if self._is_chat else "text"
+        choice = {"index": idx, key: delta, "logprobs": logprobs, "finish_reason": finish_reason}
         return _sse(self._envelope([choice], None))
 
     def _envelope(self, choices: list[Any], usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -134,6 +143,7 @@ class BodyRenderer:
     def __init__(self, received: RequestReceived) -> None:
         self._received = received
         self._texts: dict[int, list[str]] = {}
+        self._tokens: dict[int, list[TokenText]] = {}
         self._finish: dict[int, str] = {}
         self.has_started = False
 
@@ -144,6 +154,7 @@ class BodyRenderer:
             self._texts = {i: [] for i in range(event.num_choices)}
         elif isinstance(event, TextDelta):
             self._texts[event.choice_idx].append(event.text)
+            self._tokens.setdefault(event.choice_idx, []).extend(event.logprobs or ())
         elif isinstance(event, ChoiceFinished):
             self._finish[event.choice_idx] = event.finish_reason.value
         elif isinstance(event, RequestCompleted):
@@ -166,10 +177,16 @@ class BodyRenderer:
 
     def _choice(self, idx: int, text: str, is_chat: bool) -> dict[str, Any]:
         finish = self._finish.get(idx)
+        logprobs = None
+        if wire_logprobs.is_requested(self._received):
+            entries = self._tokens.get(idx, [])
+            logprobs = (
+                wire_logprobs.chat(entries) if is_chat else wire_logprobs.completion(entries, 0)
+            )
         if is_chat:
             message = {"role": "assistant", "content": text}
-            return {"index": idx, "message": message, "logprobs": None, "finish_reason": finish}
-        return {"index": idx, "text": text, "logprobs": None, "finish_reason": finish}
+            return {"index": idx, "message": message, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": idx, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
 
 def _sse(obj: Any) -> bytes:

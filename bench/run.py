@@ -37,12 +37,9 @@ def free_port() -> int:
 
 @contextmanager
 def server(command: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[None]:
-    proc = subprocess.Popen(
-        command,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log_path = os.environ.get("BENCH_SERVER_LOG")
+    log = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -58,7 +55,7 @@ def server(command: list[str], ready_url: str, env: dict[str, str] | None = None
         proc.wait(timeout=30)
 
 
-def atom_server(port: int, args: argparse.Namespace) -> Any:
+def atom_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
     command = [
         sys.executable,
         "-m",
@@ -72,10 +69,11 @@ def atom_server(port: int, args: argparse.Namespace) -> Any:
         "atom.http:app",
     ]
     env = {"ATOM_LOG_LEVEL": "warning", **dict(kv.split("=", 1) for kv in args.atom_env)}
+    env.update(extra_env)
     return server(command, f"http://127.0.0.1:{port}/health", env)
 
 
-def llamacpp_server(port: int, args: argparse.Namespace) -> Any:
+def llamacpp_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
     command = [
         args.peer_python,
         "-m",
@@ -159,16 +157,21 @@ def main() -> None:
     p.add_argument("--peer", choices=["llamacpp"], action="append", default=[])
     p.add_argument("--peer-python", default=".venv-bench/bin/python")
     p.add_argument("--floor", action="store_true", help="also time transformers' generate")
+    p.add_argument("--int8", action="store_true", help="also run ATOM with --quantization int8")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
-    runs = [("atom", atom_server, {"ignore_eos": True})]
+    ignore_eos = {"ignore_eos": True}
+    runs = [("atom", atom_server, ignore_eos, {})]
+    if args.int8:
+        runs.append(("atom-int8", atom_server, ignore_eos, {"ATOM_QUANTIZATION": "int8"}))
     if "llamacpp" in args.peer:  # llama.cpp ignores ignore_eos but honours min_tokens
-        runs.append(("llama-cpp-python", llamacpp_server, {"min_tokens": args.output_tokens}))
-    for name, start, extra in runs:
+        min_tokens = {"min_tokens": args.output_tokens}
+        runs.append(("llama-cpp-python", llamacpp_server, min_tokens, {}))
+    for name, start, extra, env in runs:
         port = free_port()
-        with start(port, args):
+        with start(port, args, env):
             target = Target(name=name, url=f"http://127.0.0.1:{port}", model=MODEL, extra=extra)
             report["results"][name] = trio.run(scenarios, target, args)
     if args.floor:

@@ -181,6 +181,7 @@ class Batcher:
             token_ids=(output.token_id,),
             finish_reason=output.finish_reason,
             num_cached_tokens=seq.num_cached_tokens if output.is_first else None,
+            logprobs=None if output.logprobs is None else (output.logprobs,),
         )
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:

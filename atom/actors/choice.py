@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import trio
 
-from atom.events import ChoiceFinished, Envelope, Event, TextDelta, TokensSampled
+from atom.events import ChoiceFinished, Envelope, Event, TextDelta, TokensSampled, TokenText
 from atom.text.choice import ChoiceText
 
 
@@ -30,9 +30,9 @@ class ChoiceStream:
             async for envelope in inbox:
                 sampled = envelope.event
                 assert isinstance(sampled, TokensSampled)
-                update = self._text.feed(sampled.token_ids, sampled.finish_reason)
-                if update.text:
-                    await to_writer.send(self._delta(update.text))
+                update = self._text.feed(sampled.token_ids, sampled.finish_reason, sampled.logprobs)
+                if update.text or update.logprobs:
+                    await to_writer.send(self._delta(update.text, update.logprobs))
                 if update.finish_reason is not None:
                     if update.is_stopped_by_string:
                         on_stop_string(self.choice_idx)
@@ -46,5 +46,7 @@ class ChoiceStream:
                     )
                     return
 
-    def _delta(self, text: str) -> TextDelta:
-        return TextDelta(request_id=self.request_id, choice_idx=self.choice_idx, text=text)
+    def _delta(self, text: str, logprobs: tuple[TokenText, ...] | None) -> TextDelta:
+        return TextDelta(
+            request_id=self.request_id, choice_idx=self.choice_idx, text=text, logprobs=logprobs
+        )

@@ -115,7 +115,7 @@ class RequestActor:
             for idx in range(submit.num_choices):
                 to_choice, inbox = trio.open_memory_channel[Any](math.inf)
                 inboxes[idx] = to_choice
-                text = ChoiceText(self._core.tokenizer, stop=submit.params.stop)
+                text = ChoiceText(self._core.tokenizer, submit.params)
                 stream = ChoiceStream(request_id=self.request_id, choice_idx=idx, text=text)
                 run = partial(stream.run, on_stop_string=self._stop_choice)
                 nursery.start_soon(run, inbox, to_writer.clone())

@@ -8,16 +8,16 @@ generator inside Quart cannot host the actor's nursery safely).
 from __future__ import annotations
 
 import json
-import random
 import uuid
 from collections.abc import MutableMapping
 from typing import Any
 
 from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
-from atom.errors import AtomError, ContextTooLong, EngineNotReady, InvalidRequest, ModelNotFound
-from atom.events import Endpoint, RequestReceived, SamplingParams, Submit
+from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
+from atom.events import Endpoint, RequestReceived, Submit
 from atom.http.errors import error_bytes, parse
+from atom.http.sampling import sampling_params
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, _SamplingBody
 from atom.text.prompt import encode_text, render_chat
 
@@ -75,7 +75,9 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
     if body.n > engine.settings.max_n:
         raise InvalidRequest(f"n must be at most {engine.settings.max_n}", param="n")
     prompt_ids = _prompt_ids(core, body)
-    params = _sampling_params(core, body, len(prompt_ids))
+    if body.truncate_prompt_tokens is not None:
+        prompt_ids = prompt_ids[-body.truncate_prompt_tokens :]
+    params = sampling_params(core.tokenizer, core.max_model_len, body, len(prompt_ids))
     request_id = f"{'chatcmpl' if endpoint is Endpoint.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
     received = RequestReceived(
         request_id=request_id,
@@ -131,25 +133,3 @@ def _checked_ids(core: EngineCore, ids: list[int]) -> tuple[int, ...]:
     if any(i < 0 or i >= vocab for i in ids):
         raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
     return tuple(ids)
-
-
-def _sampling_params(core: EngineCore, body: _SamplingBody, num_prompt: int) -> SamplingParams:
-    limit = core.max_model_len
-    requested = getattr(body, "max_completion_tokens", None) or body.max_tokens
-    if num_prompt >= limit or (requested is not None and num_prompt + requested > limit):
-        raise ContextTooLong(
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{num_prompt + (requested or 0)} tokens ({num_prompt} in the prompt, "
-            f"{requested or 0} for the completion). Please reduce the length of the prompt "
-            "or the completion.",
-            param="max_tokens" if num_prompt < limit else "messages",
-        )
-    return SamplingParams(
-        temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p,
-        top_k=body.top_k if body.top_k and body.top_k > 0 else None,
-        max_tokens=requested or limit - num_prompt,
-        stop=body.stop_strings(),
-        ignore_eos=body.ignore_eos,
-        seed=random.getrandbits(63) if body.seed is None else body.seed,
-    )

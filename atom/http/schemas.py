@@ -11,15 +11,8 @@ IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parall
 
 # Fields accepted only at their neutral value until their feature lands (issue #4 and on).
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "min_p": (0, 0.0),
-    "logprobs": (False, None, 0),
-    "top_logprobs": (0,),
-    "logit_bias": ({},),
-    "min_tokens": (0,),
     "echo": (False,),
+    "prompt_logprobs": (0,),
     "best_of": (1,),
     "suffix": ("",),
     "tools": ([],),
@@ -69,6 +62,19 @@ class _SamplingBody(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     cache_salt: str | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    logit_bias: dict[str, float] | None = None
+    min_tokens: int = Field(default=0, ge=0)
+    stop_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    allowed_token_ids: list[int] | None = Field(default=None, min_length=1)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1)
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -79,10 +85,19 @@ class _SamplingBody(_Body):
 class ChatCompletionRequest(_SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(_SamplingBody):
     prompt: str | list[int] | list[str]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def num_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 class TokenizeRequest(_Body):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from atom.events import SamplingParams
 from atom.model.runner import SeqChunk, StepPlan, slot_of
+from atom.model.sampler import Sampled
 
 Script = Callable[[tuple[int, ...], SamplingParams, int], Sequence[int]]
 
@@ -53,14 +54,14 @@ class FakeRunner:
     def eos_token_ids(self) -> frozenset[int]:
         return frozenset({self.eos_token_id})
 
-    def step(self, plan: StepPlan) -> Mapping[str, int]:
+    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         self.num_steps += 1
         for chunk in plan.chunks:  # write every chunk first: one forward sees them all
             for offset, token in enumerate(chunk.token_ids):
                 self._slots[self._slot(chunk, chunk.start_pos + offset)] = token
-        return {c.seq_id: self._sample(c) for c in plan.chunks if c.needs_sample}
+        return {c.seq_id: Sampled(token_id=self._sample(c)) for c in plan.chunks if c.needs_sample}
 
     def _slot(self, chunk: SeqChunk, pos: int) -> int:
         return slot_of(chunk.block_ids, pos, self.block_size)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from atom.events import SamplingParams
+from atom.model.sampler import Sampled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +34,9 @@ class SeqChunk:
     params: SamplingParams
     seed: int
     needs_sample: bool = True
+    num_prompt_tokens: int = 0
+    prompt_ids: tuple[int, ...] = ()  # filled only when params.needs_history
+    output_ids: tuple[int, ...] = ()  # likewise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,9 +64,9 @@ class Runner(Protocol):
     num_blocks: int
     block_size: int
 
-    def step(self, plan: StepPlan) -> Mapping[str, int]:
-        """Run every chunk in one forward; return the sampled token of each chunk that
-        `needs_sample`, by seq_id."""
+    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+        """Run every chunk in one forward; return the sampled token (and logprobs when
+        asked) of each chunk that `needs_sample`, by seq_id."""
         ...
 
     def release(self, seq_id: str) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from atom.events import FinishReason, SamplingParams, Submit
+from atom.events import FinishReason, SamplingParams, Submit, TokenLogprobs
 from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import SeqChunk, StepPlan
+from atom.model.sampler import Sampled
 
 
 @dataclass(slots=True, kw_only=True)
@@ -49,6 +50,7 @@ class SeqOutput:
 
     seq: Sequence
     token_id: int
+    logprobs: TokenLogprobs | None
     finish_reason: FinishReason | None
     is_first: bool
 
@@ -190,6 +192,8 @@ class Scheduler:
         self.stats.num_preemptions += 1
 
     def _chunk(self, seq: Sequence, start: int, end: int) -> SeqChunk:
+        needs_sample = end == len(seq.token_ids)
+        history = needs_sample and seq.params.needs_history
         return SeqChunk(
             seq_id=seq.seq_id,
             token_ids=tuple(seq.token_ids[start:end]),
@@ -197,12 +201,15 @@ class Scheduler:
             block_ids=self.kv.table(seq.seq_id),
             params=seq.params,
             seed=seq.seed,
-            needs_sample=end == len(seq.token_ids),
+            needs_sample=needs_sample,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
+            output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
         )
 
     # --- results -------------------------------------------------------------------
 
-    def update(self, plan: StepPlan, sampled: Mapping[str, int]) -> list[SeqOutput]:
+    def update(self, plan: StepPlan, sampled: Mapping[str, Sampled]) -> list[SeqOutput]:
         """Record a finished step; finished sequences are removed and reported."""
         outputs = []
         for chunk in plan.chunks:
@@ -215,16 +222,23 @@ class Scheduler:
                 outputs.append(self._append(seq, sampled[chunk.seq_id]))
         return outputs
 
-    def _append(self, seq: Sequence, token_id: int) -> SeqOutput:
+    def _append(self, seq: Sequence, sampled: Sampled) -> SeqOutput:
         is_first = seq.num_output == 0
-        seq.token_ids.append(token_id)
+        seq.token_ids.append(sampled.token_id)
         reason = self._finish_reason(seq)
         if reason is not None:
             self.remove(seq.seq_id)
-        return SeqOutput(seq=seq, token_id=token_id, finish_reason=reason, is_first=is_first)
+        return SeqOutput(
+            seq=seq,
+            token_id=sampled.token_id,
+            logprobs=sampled.logprobs,
+            finish_reason=reason,
+            is_first=is_first,
+        )
 
     def _finish_reason(self, seq: Sequence) -> FinishReason | None:
-        if seq.token_ids[-1] in self._eos and not seq.params.ignore_eos:
+        last, params = seq.token_ids[-1], seq.params
+        if (last in self._eos and not params.ignore_eos) or last in params.stop_token_ids:
             return FinishReason.STOP
         if seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self._max_model_len:
             return FinishReason.LENGTH

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 from atom.model.attention import ATTN_IMPLEMENTATION, DecodeGroup, PrefillSlice, StepMeta
+from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan, slot_of
-from atom.model.sampler import sample
+from atom.model.sampler import Sampled, sample
 
 
 def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
@@ -49,16 +50,26 @@ class TorchRunner:
         self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self._generators: dict[str, torch.Generator] = {}
 
-    def step(self, plan: StepPlan) -> Mapping[str, int]:
+    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():
             logits = self._forward(plan.chunks)
             picked = [c for c in plan.chunks if c.needs_sample]
             if not picked:
                 return {}
-            tokens = sample(
-                logits, [c.params for c in picked], [self._generator(c) for c in picked]
-            )
+            processed = process(logits, [self._row(c) for c in picked])
+            generators = [self._generator(c) for c in picked]
+            tokens = sample(processed, [c.params for c in picked], generators)
         return {chunk.seq_id: token for chunk, token in zip(picked, tokens, strict=True)}
+
+    def _row(self, chunk: SeqChunk) -> RowContext:
+        end = chunk.start_pos + len(chunk.token_ids)
+        return RowContext(
+            params=chunk.params,
+            prompt_ids=chunk.prompt_ids,
+            output_ids=chunk.output_ids,
+            num_output=end - chunk.num_prompt_tokens,
+            eos_token_ids=self.eos_token_ids,
+        )
 
     def _forward(self, chunks: tuple[SeqChunk, ...]) -> torch.Tensor:
         ids: list[int] = []

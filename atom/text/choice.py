@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atom.events import FinishReason
+from atom.events import FinishReason, SamplingParams, TokenLogprobs, TokenText
 from atom.text.detokenizer import Decoder, IncrementalDetokenizer
 from atom.text.stop import StopMatcher
 
@@ -18,31 +18,62 @@ class ChoiceUpdate:
     text: str
     finish_reason: FinishReason | None
     is_stopped_by_string: bool = False
+    logprobs: tuple[TokenText, ...] | None = None
 
 
 class ChoiceText:
-    """Feed each step's tokens; mutates itself only. After a finish, feeding is an error."""
+    """Feed each step's tokens; mutates itself only. After a finish, feeding is an error.
 
-    def __init__(self, decoder: Decoder, *, stop: Sequence[str] = ()) -> None:
-        self._detokenizer = IncrementalDetokenizer(decoder)
-        self._stop = StopMatcher(stop)
+    A stop token (EOS or `stop_token_ids`, reported as finish "stop" by the Batcher)
+    and a stop string are left out of the text unless `include_stop_str_in_output`."""
+
+    def __init__(self, decoder: Decoder, params: SamplingParams) -> None:
+        self._decoder = decoder
+        self._params = params
+        self._detokenizer = IncrementalDetokenizer(
+            decoder, skip_special_tokens=params.skip_special_tokens
+        )
+        self._stop = StopMatcher(params.stop, include_stop=params.include_stop_str_in_output)
         self.num_tokens = 0
         self.finish_reason: FinishReason | None = None
 
-    def feed(self, token_ids: Sequence[int], finish_reason: FinishReason | None) -> ChoiceUpdate:
+    def feed(
+        self,
+        token_ids: Sequence[int],
+        finish_reason: FinishReason | None,
+        logprobs: Sequence[TokenLogprobs] | None = None,
+    ) -> ChoiceUpdate:
         if self.finish_reason is not None:
             raise ValueError("this choice already finished")
         self.num_tokens += len(token_ids)
-        text = self._detokenizer.push(token_ids)
+        texts = (
+            None
+            if logprobs is None
+            else tuple(self._as_text(t, lp) for t, lp in zip(token_ids, logprobs, strict=True))
+        )
+        visible = token_ids
+        if finish_reason is FinishReason.STOP and not self._params.include_stop_str_in_output:
+            visible = token_ids[:-1]
+        text = self._detokenizer.push(visible)
         if finish_reason is not None:
             text += self._detokenizer.flush()
         result = self._stop.push(text)
         if result.is_stopped:
             self.finish_reason = FinishReason.STOP
             return ChoiceUpdate(
-                text=result.text, finish_reason=self.finish_reason, is_stopped_by_string=True
-            )
+                text=result.text, finish_reason=FinishReason.STOP, is_stopped_by_string=True,
+                logprobs=texts,
+            )  # fmt: skip
         if finish_reason is not None:
             self.finish_reason = finish_reason
-            return ChoiceUpdate(text=result.text + self._stop.flush(), finish_reason=finish_reason)
-        return ChoiceUpdate(text=result.text, finish_reason=None)
+            return ChoiceUpdate(
+                text=result.text + self._stop.flush(), finish_reason=finish_reason, logprobs=texts
+            )
+        return ChoiceUpdate(text=result.text, finish_reason=None, logprobs=texts)
+
+    def _as_text(self, token_id: int, logprobs: TokenLogprobs) -> TokenText:
+        top = tuple((self._token(t), lp) for t, lp in logprobs.top)
+        return TokenText(token=self._token(token_id), logprob=logprobs.logprob, top=top)
+
+    def _token(self, token_id: int) -> str:
+        return self._decoder.decode([token_id], skip_special_tokens=False)

@@ -16,8 +16,9 @@ class StopMatcher:
     """Feed text pieces; emits what cannot be part of a stop string. The stop string itself
     never appears in the output."""
 
-    def __init__(self, stop: Sequence[str]) -> None:
+    def __init__(self, stop: Sequence[str], *, include_stop: bool = False) -> None:
         self._stop = tuple(s for s in stop if s)
+        self._include_stop = include_stop
         self._held = ""
         self.is_stopped = False
 
@@ -29,7 +30,8 @@ class StopMatcher:
         if hit is not None:
             self.is_stopped = True
             self._held = ""
-            return StopResult(text=buffer[:hit], is_stopped=True)
+            start, end = hit
+            return StopResult(text=buffer[: end if self._include_stop else start], is_stopped=True)
         keep = self._partial_suffix_len(buffer)
         self._held = buffer[len(buffer) - keep :] if keep else ""
         return StopResult(text=buffer[: len(buffer) - keep], is_stopped=False)
@@ -39,10 +41,13 @@ class StopMatcher:
         held, self._held = self._held, ""
         return held
 
-    def _first_hit(self, buffer: str) -> int | None:
-        """Start of the stop string that completes first (ends earliest), as in generation."""
+    def _first_hit(self, buffer: str) -> tuple[int, int] | None:
+        """(start, end) of the stop string that completes first (ends earliest)."""
         hits = [(i + len(s), i) for s in self._stop if (i := buffer.find(s)) >= 0]
-        return min(hits)[1] if hits else None
+        if not hits:
+            return None
+        end, start = min(hits)
+        return start, end
 
     def _partial_suffix_len(self, buffer: str) -> int:
         """Length of the longest suffix of `buffer` that is a proper prefix of a stop string."""

@@ -1,21 +1,30 @@
+"""Sampling and logits processors on hand-made logits."""
+
 from __future__ import annotations
+
+import math
 
 import torch
 
 from atom.events import SamplingParams
-from atom.model.sampler import apply_top_k, apply_top_p, sample
+from atom.model.logits import RowContext, banned_ids, process
+from atom.model.sampler import apply_min_p, apply_top_k, apply_top_p, sample
 
 
 def gens(n: int, seed: int = 0) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(seed + i) for i in range(n)]
 
 
+def ids(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]):  # type: ignore[no-untyped-def]
+    return [s.token_id for s in sample(logits, params, generators)]
+
+
 LOGITS = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.5, 0.1, 0.2, 4.0]])
+GREEDY = SamplingParams(temperature=0.0)
 
 
 def test_greedy_rows_take_argmax() -> None:
-    params = [SamplingParams(temperature=0.0)] * 2
-    assert sample(LOGITS, params, gens(2)) == [1, 3]
+    assert ids(LOGITS, [GREEDY] * 2, gens(2)) == [1, 3]
 
 
 def test_top_k_keeps_k_largest_per_row() -> None:
@@ -31,25 +40,74 @@ def test_top_p_keeps_smallest_set_reaching_p() -> None:
     assert kept == [[True, False, False, False]]
 
 
+def test_min_p_drops_tokens_below_a_share_of_the_top_one() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = torch.isfinite(apply_min_p(logits, torch.tensor([0.5]))).tolist()
+    assert kept == [[True, True, False, False]]
+
+
 def test_top_k_one_is_greedy_even_when_sampling() -> None:
     params = [SamplingParams(temperature=1.5, top_k=1)] * 2
     for seed in range(5):
-        assert sample(LOGITS, params, gens(2, seed)) == [1, 3]
+        assert ids(LOGITS, params, gens(2, seed)) == [1, 3]
 
 
 def test_seeded_row_does_not_depend_on_its_batch() -> None:
     params = SamplingParams(temperature=1.0)
     flat = torch.zeros(1, 50)
-    alone = [sample(flat, [params], [torch.Generator().manual_seed(7)])[0] for _ in range(1)]
-    g = torch.Generator().manual_seed(7)
+    alone = ids(flat, [params], [torch.Generator().manual_seed(7)])[0]
     batch = torch.cat([torch.randn(3, 50), flat])
-    others = [SamplingParams(temperature=1.0)] * 3
-    together = sample(batch, [*others, params], [*gens(3, 100), g])
-    assert together[3] == alone[0]
+    others = [SamplingParams(temperature=1.0, top_p=0.5)] * 3
+    together = ids(batch, [*others, params], [*gens(3, 100), torch.Generator().manual_seed(7)])
+    assert together[3] == alone
 
 
 def test_sampling_spreads_over_the_distribution() -> None:
-    params = [SamplingParams(temperature=1.0)]
     g = torch.Generator().manual_seed(1)
-    seen = {sample(torch.zeros(1, 4), params, [g])[0] for _ in range(200)}
+    seen = {ids(torch.zeros(1, 4), [SamplingParams(temperature=1.0)], [g])[0] for _ in range(200)}
     assert seen == {0, 1, 2, 3}
+
+
+def test_logprobs_are_sorted_and_match_the_distribution() -> None:
+    logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
+    [s] = sample(logits, [SamplingParams(temperature=0.0, logprobs=2)], gens(1))
+    assert s.token_id == 1 and s.logprobs is not None
+    assert math.isclose(s.logprobs.logprob, math.log(0.6), rel_tol=1e-5)
+    assert [t for t, _ in s.logprobs.top] == [1, 2]
+    assert s.logprobs.top[0][1] >= s.logprobs.top[1][1]
+
+
+def row(**kw) -> RowContext:  # type: ignore[no-untyped-def]
+    fields = {k: kw.pop(k) for k in ("prompt_ids", "output_ids", "num_output") if k in kw}
+    return RowContext(params=SamplingParams(**kw), eos_token_ids=frozenset({0}), **fields)
+
+
+def test_frequency_and_presence_penalties_follow_openai() -> None:
+    logits = torch.zeros(1, 4)
+    out = process(logits, [row(frequency_penalty=0.5, presence_penalty=1.0, output_ids=(2, 2, 3))])
+    assert out.tolist() == [[0.0, 0.0, -2.0, -1.5]]
+
+
+def test_repetition_penalty_covers_prompt_and_output() -> None:
+    logits = torch.tensor([[2.0, -2.0, 2.0, 2.0]])
+    out = process(logits, [row(repetition_penalty=2.0, prompt_ids=(0, 1), output_ids=(2,))])
+    assert out.tolist() == [[1.0, -4.0, 1.0, 2.0]]
+
+
+def test_logit_bias_allowed_ids_and_min_tokens() -> None:
+    logits = torch.zeros(3, 4)
+    rows = [
+        row(logit_bias=((3, 100.0), (1, -100.0))),
+        row(allowed_token_ids=(1, 2)),
+        row(min_tokens=2, stop_token_ids=(3,), num_output=1),
+    ]
+    out = process(logits, rows)
+    assert out[0].tolist() == [0.0, -100.0, 0.0, 100.0]
+    assert torch.isfinite(out[1]).tolist() == [False, True, True, False]
+    assert torch.isfinite(out[2]).tolist() == [False, True, True, False]  # EOS 0 and stop id 3
+
+
+def test_bad_words_ban_the_completing_token_only_after_its_prefix() -> None:
+    bad = ((5,), (7, 8))
+    assert banned_ids(row(bad_words=bad, output_ids=(1, 2))) == {5}
+    assert banned_ids(row(bad_words=bad, output_ids=(1, 7))) == {5, 8}

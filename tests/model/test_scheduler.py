@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from atom.events import FinishReason, SamplingParams, Submit
 from atom.model.kv_cache import KVCacheManager
+from atom.model.sampler import Sampled
 from atom.model.scheduler import Scheduler
 
 EOS = 0
@@ -31,7 +32,7 @@ def test_long_prompt_is_prefilled_in_chunks_within_budget() -> None:
     for _ in range(3):
         plan = s.schedule()
         plans.append(plan)
-        s.update(plan, {c.seq_id: 7 for c in plan.chunks if c.needs_sample})
+        s.update(plan, {c.seq_id: Sampled(token_id=7) for c in plan.chunks if c.needs_sample})
     assert [p.num_tokens for p in plans] == [8, 8, 4]
     assert [c.needs_sample for p in plans for c in p.chunks] == [False, False, True]
     assert [c.start_pos for p in plans for c in p.chunks] == [0, 8, 16]
@@ -41,7 +42,7 @@ def test_decodes_go_first_and_prefill_takes_the_rest() -> None:
     s = make(budget=8)
     s.add(submit("a", 3))
     plan = s.schedule()
-    s.update(plan, {"a/0": 5})
+    s.update(plan, {"a/0": Sampled(token_id=5)})
     s.add(submit("b", 20))
     plan = s.schedule()
     assert [(c.seq_id, len(c.token_ids)) for c in plan.chunks] == [("a/0", 1), ("b/0", 7)]
@@ -52,12 +53,12 @@ def test_finish_on_eos_and_on_max_tokens() -> None:
     s.add(submit("a", 2, max_tokens=2))
     s.add(submit("b", 2))
     plan = s.schedule()
-    outs = s.update(plan, {"a/0": 9, "b/0": EOS})
+    outs = s.update(plan, {"a/0": Sampled(token_id=9), "b/0": Sampled(token_id=EOS)})
     assert [(o.seq.seq_id, o.finish_reason) for o in outs] == [
         ("a/0", None),
         ("b/0", FinishReason.STOP),
     ]
-    outs = s.update(s.schedule(), {"a/0": 9})
+    outs = s.update(s.schedule(), {"a/0": Sampled(token_id=9)})
     assert outs[0].finish_reason is FinishReason.LENGTH
     assert s.num_seqs == 0
 

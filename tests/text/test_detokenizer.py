@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from atom.events import FinishReason
+from atom.events import FinishReason, SamplingParams
 from atom.text.choice import ChoiceText
 from atom.text.detokenizer import IncrementalDetokenizer
 
@@ -35,7 +35,7 @@ def test_multibyte_character_is_never_split(tokenizer: Any) -> None:
 
 def test_choice_text_stops_on_string_and_counts_tokens(tokenizer: Any) -> None:
     ids = tokenizer.encode("one two three four", add_special_tokens=False)
-    choice = ChoiceText(tokenizer, stop=[" three"])
+    choice = ChoiceText(tokenizer, SamplingParams(stop=(" three",)))
     texts = []
     for i in ids:
         update = choice.feed([i], None)
@@ -50,7 +50,7 @@ def test_choice_text_stops_on_string_and_counts_tokens(tokenizer: Any) -> None:
 
 def test_choice_text_flushes_held_text_on_length(tokenizer: Any) -> None:
     ids = tokenizer.encode("abc TH", add_special_tokens=False)
-    choice = ChoiceText(tokenizer, stop=["THE END"])
+    choice = ChoiceText(tokenizer, SamplingParams(stop=("THE END",)))
     out = [choice.feed([i], None).text for i in ids[:-1]]
     last = choice.feed([ids[-1]], FinishReason.LENGTH)
     assert "".join(out) + last.text == "abc TH"

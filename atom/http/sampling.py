@@ -1,0 +1,99 @@
+"""From a validated request body to the effective SamplingParams: defaults, the context
+limit, token-id ranges and the request's own cross-field rules."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from atom.errors import ContextTooLong, InvalidRequest
+from atom.events import SamplingParams
+from atom.http.schemas import ChatCompletionRequest, _SamplingBody
+
+
+def sampling_params(
+    tokenizer: Any, max_model_len: int, body: _SamplingBody, num_prompt: int
+) -> SamplingParams:
+    """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
+    max_tokens = _max_tokens(body, num_prompt, max_model_len)
+    if body.min_tokens > max_tokens:
+        raise InvalidRequest(
+            f"min_tokens ({body.min_tokens}) must not exceed max_tokens ({max_tokens})",
+            param="min_tokens",
+        )
+    if isinstance(body, ChatCompletionRequest) and body.top_logprobs and not body.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
+    vocab = len(tokenizer)
+    return SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k if body.top_k and body.top_k > 0 else None,
+        min_p=body.min_p or 0.0,
+        max_tokens=max_tokens,
+        min_tokens=body.min_tokens,
+        stop=body.stop_strings(),
+        stop_token_ids=_ids("stop_token_ids", body.stop_token_ids or (), vocab),
+        ignore_eos=body.ignore_eos,
+        seed=random.getrandbits(63) if body.seed is None else body.seed,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        presence_penalty=body.presence_penalty or 0.0,
+        repetition_penalty=body.repetition_penalty or 1.0,
+        logit_bias=_logit_bias(body.logit_bias or {}, vocab),
+        allowed_token_ids=_allowed(body.allowed_token_ids, vocab),
+        bad_words=_bad_words(tokenizer, body.bad_words or ()),
+        logprobs=body.num_logprobs(),  # type: ignore[attr-defined]
+        include_stop_str_in_output=body.include_stop_str_in_output,
+        skip_special_tokens=body.skip_special_tokens,
+        spaces_between_special_tokens=body.spaces_between_special_tokens,
+    )
+
+
+def _max_tokens(body: _SamplingBody, num_prompt: int, limit: int) -> int:
+    requested = getattr(body, "max_completion_tokens", None) or body.max_tokens
+    if num_prompt >= limit or (requested is not None and num_prompt + requested > limit):
+        prompt_field = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
+        raise ContextTooLong(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{num_prompt + (requested or 0)} tokens ({num_prompt} in the prompt, "
+            f"{requested or 0} for the completion). Please reduce the length of the prompt "
+            "or the completion.",
+            param="max_tokens" if num_prompt < limit else prompt_field,
+        )
+    return requested or limit - num_prompt
+
+
+def _ids(field: str, ids: Iterable[int], vocab: int) -> tuple[int, ...]:
+    out = tuple(ids)
+    if any(i < 0 or i >= vocab for i in out):
+        raise InvalidRequest(f"{field}: token ids must be in [0, {vocab})", param=field)
+    return out
+
+
+def _allowed(ids: list[int] | None, vocab: int) -> tuple[int, ...] | None:
+    return None if ids is None else _ids("allowed_token_ids", ids, vocab)
+
+
+def _logit_bias(bias: dict[str, float], vocab: int) -> tuple[tuple[int, float], ...]:
+    out = []
+    for key, value in bias.items():
+        if not key.lstrip("-").isdigit():
+            raise InvalidRequest(
+                f"logit_bias keys must be token ids, got {key!r}", param="logit_bias"
+            )
+        if not -100.0 <= value <= 100.0:
+            raise InvalidRequest("logit_bias values must be in [-100, 100]", param="logit_bias")
+        out.append((int(key), float(value)))
+    _ids("logit_bias", (token for token, _ in out), vocab)
+    return tuple(sorted(out))
+
+
+def _bad_words(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int, ...], ...]:
+    """Each word as tokenized alone and after a space (vLLM): both spellings are banned."""
+    sequences: list[tuple[int, ...]] = []
+    for word in words:
+        for text in (word, " " + word.lstrip()):
+            ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+            if ids and ids not in sequences:
+                sequences.append(ids)
+    return tuple(sequences)

@@ -1,0 +1,91 @@
+"""Logits processors: penalties, logit_bias, allowed/banned tokens and min_tokens, as pure
+tensor functions over a batch (each row with its own settings). Applied before temperature."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from atom.events import SamplingParams
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowContext:
+    """What one row's processors need: its params and the tokens so far."""
+
+    params: SamplingParams
+    prompt_ids: tuple[int, ...] = ()  # only filled when params.needs_history
+    output_ids: tuple[int, ...] = ()  # likewise
+    num_output: int = 0
+    eos_token_ids: frozenset[int] = frozenset()
+
+
+def process(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
+    """Return processed logits [batch, vocab]; `logits` is not modified."""
+    out = logits.float().clone()
+    if any(r.params.frequency_penalty or r.params.presence_penalty for r in rows):
+        out = apply_frequency_presence(out, rows)
+    if any(r.params.repetition_penalty != 1.0 for r in rows):
+        out = apply_repetition(out, rows)
+    if any(r.params.logit_bias for r in rows):
+        apply_logit_bias(out, rows)
+    banned = [banned_ids(r) for r in rows]
+    if any(banned):
+        for row, ids in enumerate(banned):
+            out[row, list(ids)] = float("-inf")
+    for row, r in enumerate(rows):
+        if r.params.allowed_token_ids is not None:
+            keep = torch.full_like(out[row], float("-inf"))
+            allowed = list(r.params.allowed_token_ids)
+            keep[allowed] = out[row, allowed]
+            out[row] = keep
+    return out
+
+
+def counts_of(ids: Sequence[tuple[int, ...]], vocab: int, device: torch.device) -> torch.Tensor:
+    """[batch, vocab] occurrence counts of each row's token ids."""
+    longest = max((len(x) for x in ids), default=0)
+    padded = torch.tensor([list(x) + [vocab] * (longest - len(x)) for x in ids], device=device)
+    counts = torch.zeros(len(ids), vocab + 1, device=device)
+    if longest:
+        counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=counts.dtype))
+    return counts[:, :vocab]
+
+
+def apply_frequency_presence(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
+    """OpenAI semantics over the generated tokens: -= freq * count + presence * [count > 0]."""
+    counts = counts_of([r.output_ids for r in rows], logits.shape[1], logits.device)
+    freq = torch.tensor([r.params.frequency_penalty for r in rows], device=logits.device)
+    pres = torch.tensor([r.params.presence_penalty for r in rows], device=logits.device)
+    return logits - freq[:, None] * counts - pres[:, None] * (counts > 0).float()
+
+
+def apply_repetition(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
+    """transformers/vLLM semantics over prompt + output: positive logits / p, negative * p."""
+    seen = counts_of([r.prompt_ids + r.output_ids for r in rows], logits.shape[1], logits.device)
+    penalty = torch.tensor([r.params.repetition_penalty for r in rows], device=logits.device)
+    penalty = penalty[:, None].expand_as(logits)
+    scaled = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen > 0, scaled, logits)
+
+
+def apply_logit_bias(logits: torch.Tensor, rows: Sequence[RowContext]) -> None:
+    """Add each row's bias in place; OpenAI's ±100 effectively bans or forces a token."""
+    for row, r in enumerate(rows):
+        for token_id, bias in r.params.logit_bias:
+            logits[row, token_id] += bias
+
+
+def banned_ids(row: RowContext) -> set[int]:
+    """Tokens this row may not sample now: EOS/stop ids before min_tokens, and the token
+    that would complete a bad word."""
+    params, banned = row.params, set()
+    if row.num_output < params.min_tokens:
+        banned |= set(row.eos_token_ids) | set(params.stop_token_ids)
+    for word in params.bad_words:
+        head = word[:-1]
+        if not head or row.output_ids[len(row.output_ids) - len(head) :] == head:
+            banned.add(word[-1])
+    return banned
