@@ -29,31 +29,45 @@ def apply_temperature(logits: torch.Tensor, temperatures: torch.Tensor) -> torch
     return logits / safe.unsqueeze(1)
 
 
-def apply_top_k(logits: torch.Tensor, top_ks: torch.Tensor) -> torch.Tensor:
-    """Keep each row's `k` largest logits (k <= 0 means no limit)."""
-    vocab = logits.shape[1]
-    ks = torch.where(top_ks > 0, top_ks.clamp(max=vocab), torch.full_like(top_ks, vocab))
-    sorted_desc = logits.sort(dim=1, descending=True).values
-    kth = sorted_desc.gather(1, (ks - 1).unsqueeze(1))
-    return logits.masked_fill(logits < kth, float("-inf"))
+def truncate_sorted(values: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+    """Apply top-k, top-p and min-p to candidates sorted in descending order (min-p alone
+    needs no order); masked candidates become -inf."""
+    device = values.device
+    rank = torch.arange(values.shape[1], device=device)[None, :]
+    top_ks = torch.tensor([p.top_k or values.shape[1] for p in params], device=device)
+    values = values.masked_fill(rank >= top_ks[:, None], float("-inf"))
+    probs = values.softmax(dim=1)
+    if any(p.top_p < 1.0 for p in params):
+        top_ps = torch.tensor([p.top_p for p in params], device=device)
+        mass_before = probs.cumsum(dim=1) - probs
+        values = values.masked_fill((mass_before >= top_ps[:, None]) & (rank > 0), float("-inf"))
+    if any(p.min_p > 0.0 for p in params):
+        min_ps = torch.tensor([p.min_p for p in params], device=device)
+        top = probs.max(dim=1, keepdim=True).values  # works sorted or not
+        values = values.masked_fill(probs < min_ps[:, None] * top, float("-inf"))
+    return values
 
 
-def apply_top_p(logits: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
-    """Keep each row's smallest set of tokens whose probability mass reaches `p`."""
-    sorted_logits, order = logits.sort(dim=1, descending=True)
-    probs = sorted_logits.softmax(dim=1)
-    mass_before = probs.cumsum(dim=1) - probs
-    drop_sorted = mass_before >= top_ps.unsqueeze(1)
-    drop_sorted[:, 0] = False  # the most likely token always survives
-    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+def candidates(
+    scaled: torch.Tensor, params: Sequence[SamplingParams]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, token ids) for rows that share one candidate rule (see `_rule`): the k_max
+    largest (partial sort) when all have top-k, all sorted when some need top-p, else the
+    vocabulary in its own order."""
+    rule = _rule(params[0])
+    if rule == "top_k":
+        return scaled.topk(min(scaled.shape[1], max(p.top_k or 0 for p in params)), dim=1)
+    if rule == "sorted":
+        return scaled.sort(dim=1, descending=True)
+    return scaled, torch.arange(scaled.shape[1], device=scaled.device).expand_as(scaled)
 
 
-def apply_min_p(logits: torch.Tensor, min_ps: torch.Tensor) -> torch.Tensor:
-    """Drop tokens whose probability is below `min_p` times the row's top probability."""
-    probs = logits.softmax(dim=1)
-    threshold = min_ps.unsqueeze(1) * probs.max(dim=1, keepdim=True).values
-    return logits.masked_fill(probs < threshold, float("-inf"))
+def _rule(p: SamplingParams) -> str:
+    """A row's candidate order depends on its own params only, so a seeded row draws the
+    same token whatever shares its batch."""
+    if p.top_k:
+        return "top_k"
+    return "sorted" if p.top_p < 1.0 else "vocab"
 
 
 def sample(
@@ -63,33 +77,44 @@ def sample(
 ) -> list[Sampled]:
     """One token per row of processed `logits` [batch, vocab]; greedy rows take the argmax.
 
-    Cost: an argmax for an all-greedy batch without logprobs; a vocabulary sort only
-    when some row asks for top-k or top-p."""
+    Cost: an argmax for an all-greedy batch without logprobs; a partial sort when every
+    sampling row has top-k, a full sort only when some row has top-p without top-k."""
     logits = logits.float()
     device = logits.device
     greedy = logits.argmax(dim=1).tolist()
     scaled = apply_temperature(logits, torch.tensor([p.temperature for p in params], device=device))
     tokens = greedy
     if not all(p.is_greedy for p in params):
-        probs = _filtered(scaled, params).softmax(dim=1)
-        tokens = [
-            greedy[row] if p.is_greedy else _draw(probs[row], generators[row])
-            for row, p in enumerate(params)
-        ]
+        drawn = _draw(scaled, params, generators)
+        tokens = [greedy[r] if p.is_greedy else drawn[r] for r, p in enumerate(params)]
     if all(p.logprobs is None for p in params):
         return [Sampled(token_id=t) for t in tokens]
     return _with_logprobs(scaled.log_softmax(dim=1), params, tokens)
 
 
-def _filtered(scaled: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-    device = scaled.device
-    if any(p.top_k for p in params):
-        scaled = apply_top_k(scaled, torch.tensor([p.top_k or 0 for p in params], device=device))
-    if any(p.top_p < 1.0 for p in params):
-        scaled = apply_top_p(scaled, torch.tensor([p.top_p for p in params], device=device))
-    if any(p.min_p > 0.0 for p in params):
-        scaled = apply_min_p(scaled, torch.tensor([p.min_p for p in params], device=device))
-    return scaled
+def _draw(
+    scaled: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
+) -> list[int]:
+    """Inverse-CDF draw per row with the row's own generator (one uniform per row),
+    rows grouped by candidate rule."""
+    drawn = [0] * len(params)
+    groups: dict[str, list[int]] = {}
+    for row, p in enumerate(params):
+        if not p.is_greedy:
+            groups.setdefault(_rule(p), []).append(row)
+    for rows in groups.values():
+        group = [params[r] for r in rows]
+        values, ids = candidates(scaled[rows], group)
+        cdf = truncate_sorted(values, group).softmax(dim=1).nan_to_num(0.0).cumsum(dim=1)
+        uniforms = torch.cat(
+            [torch.rand(1, generator=generators[r], device=generators[r].device) for r in rows]
+        )
+        picks = torch.searchsorted(cdf, (uniforms.to(cdf.device) * cdf[:, -1])[:, None])
+        for r, token in zip(
+            rows, ids.gather(1, picks.clamp(max=ids.shape[1] - 1))[:, 0].tolist(), strict=True
+        ):
+            drawn[r] = token
+    return drawn
 
 
 def _with_logprobs(
@@ -108,7 +133,3 @@ def _with_logprobs(
         entry = TokenLogprobs(logprob=float(chosen[row]), top=top)
         out.append(Sampled(token_id=token, logprobs=entry))
     return out
-
-
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())

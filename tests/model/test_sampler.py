@@ -8,7 +8,7 @@ import torch
 
 from atom.events import SamplingParams
 from atom.model.logits import RowContext, banned_ids, process
-from atom.model.sampler import apply_min_p, apply_top_k, apply_top_p, sample
+from atom.model.sampler import candidates, sample, truncate_sorted
 
 
 def gens(n: int, seed: int = 0) -> list[torch.Generator]:
@@ -27,23 +27,27 @@ def test_greedy_rows_take_argmax() -> None:
     assert ids(LOGITS, [GREEDY] * 2, gens(2)) == [1, 3]
 
 
+def kept(logits: torch.Tensor, **kw) -> list[list[bool]]:  # type: ignore[no-untyped-def]
+    params = [SamplingParams(temperature=1.0, **kw)] * logits.shape[0]
+    values, _ = candidates(logits, params)
+    return torch.isfinite(truncate_sorted(values, params)).tolist()
+
+
 def test_top_k_keeps_k_largest_per_row() -> None:
-    out = apply_top_k(LOGITS, torch.tensor([1, 2]))
-    assert torch.isfinite(out).tolist() == [[False, True, False, False], [True, False, False, True]]
+    assert kept(LOGITS, top_k=2) == [[True, True], [True, True]]
+    _, ids = candidates(LOGITS, [SamplingParams(top_k=2)] * 2)
+    assert ids.tolist() == [[1, 2], [3, 0]]
 
 
 def test_top_p_keeps_smallest_set_reaching_p() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = torch.isfinite(apply_top_p(logits, torch.tensor([0.7]))).tolist()
-    assert kept == [[True, True, False, False]]
-    kept = torch.isfinite(apply_top_p(logits, torch.tensor([0.01]))).tolist()
-    assert kept == [[True, False, False, False]]
+    assert kept(logits, top_p=0.7) == [[True, True, False, False]]
+    assert kept(logits, top_p=0.01) == [[True, False, False, False]]
 
 
 def test_min_p_drops_tokens_below_a_share_of_the_top_one() -> None:
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = torch.isfinite(apply_min_p(logits, torch.tensor([0.5]))).tolist()
-    assert kept == [[True, True, False, False]]
+    logits = torch.log(torch.tensor([[0.05, 0.3, 0.15, 0.5]]))  # unsorted: min-p needs no order
+    assert kept(logits, min_p=0.5) == [[False, True, False, True]]
 
 
 def test_top_k_one_is_greedy_even_when_sampling() -> None:
