@@ -62,6 +62,7 @@ class SamplingParams:
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences, as vLLM tokenizes them
     logprobs: int | None = None  # top alternatives per sampled token; 0 = the token only
+    prompt_logprobs: int | None = None  # likewise for every prompt token after the first
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
@@ -88,15 +89,29 @@ class TokenLogprobs:
 
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int | None = None  # 1 = the most likely token; set for prompt tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenText:
-    """A sampled token as text with its logprob and the top alternatives (text, logprob)."""
+    """A token as text with its logprob (None for a prompt's first token, which has no
+    context) and the top alternatives (text, logprob)."""
 
     token: str
-    logprob: float
+    logprob: float | None
     top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptToken:
+    """vLLM's prompt_logprobs entry: the prompt token and the top alternatives, each as
+    (token id, text, logprob, rank)."""
+
+    token_id: int
+    token: str
+    logprob: float
+    rank: int
+    top: tuple[tuple[int, str, float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,12 +134,23 @@ class RequestEvent(Event):
 @_tagged("submit")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submit(RequestEvent):
-    """Ask the Batcher to generate `num_choices` sequences from one prompt."""
+    """Ask the Batcher to generate `num_choices` sequences from each prompt (the first is
+    `prompt_ids`; a batched completion adds `more_prompt_ids`). Choice `p * num_choices + j`
+    is the j-th sequence of prompt p."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     num_choices: int = 1
     cache_salt: str | None = None
+    more_prompt_ids: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def prompts(self) -> tuple[tuple[int, ...], ...]:
+        return (self.prompt_ids, *self.more_prompt_ids)
+
+    @property
+    def total_choices(self) -> int:
+        return len(self.prompts) * self.num_choices
 
 
 @_tagged("abort")
@@ -153,11 +179,13 @@ class RequestReceived(RequestEvent):
 @_tagged("request_accepted")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestAccepted(RequestEvent):
-    """The Batcher's inbox took the request: rendered prompt and effective params."""
+    """The Batcher's inbox took the request: rendered prompts and effective params;
+    `num_choices` counts every choice of every prompt."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     num_choices: int
+    more_prompt_ids: tuple[tuple[int, ...], ...] = ()
 
 
 @_tagged("text_delta")
@@ -168,6 +196,15 @@ class TextDelta(RequestEvent):
     choice_idx: int
     text: str
     logprobs: tuple[TokenText, ...] | None = None  # the tokens this delta covers, if asked
+
+
+@_tagged("prompt_logprobs")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptLogprobs(RequestEvent):
+    """vLLM's prompt_logprobs of the prompt behind one choice (first token has none)."""
+
+    choice_idx: int
+    entries: tuple[PromptToken, ...]
 
 
 @_tagged("choice_finished")
@@ -240,6 +277,7 @@ class TokensSampled(RequestEvent):
     finish_reason: FinishReason | None = None
     num_cached_tokens: int | None = None  # on a choice's first token: its prefix-cache hit
     logprobs: tuple[TokenLogprobs, ...] | None = None  # one per token, when asked for
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # first token: prompt tokens 1..
 
 
 @_tagged("request_released")

@@ -17,6 +17,8 @@ from atom.events import (
     ChoiceFinished,
     Endpoint,
     Event,
+    PromptLogprobs,
+    PromptToken,
     RequestAccepted,
     RequestCompleted,
     RequestFailed,
@@ -145,12 +147,15 @@ class BodyRenderer:
         self._texts: dict[int, list[str]] = {}
         self._tokens: dict[int, list[TokenText]] = {}
         self._finish: dict[int, str] = {}
+        self._prompt_logprobs: dict[int, tuple[PromptToken, ...]] = {}
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
             return error_output(event)
-        if isinstance(event, RequestAccepted):
+        if isinstance(event, PromptLogprobs):
+            self._prompt_logprobs[event.choice_idx] = event.entries
+        elif isinstance(event, RequestAccepted):
             self._texts = {i: [] for i in range(event.num_choices)}
         elif isinstance(event, TextDelta):
             self._texts[event.choice_idx].append(event.text)
@@ -165,8 +170,9 @@ class BodyRenderer:
     def _body(self, done: RequestCompleted) -> dict[str, Any]:
         r = self._received
         is_chat = r.endpoint is Endpoint.CHAT
-        choices = [self._choice(idx, "".join(parts), is_chat) for idx, parts in self._texts.items()]
-        return {
+        kept = self._best_of_selection()
+        choices = [self._choice(idx, kept[idx], is_chat) for idx in sorted(kept)]
+        body = {
             "id": r.request_id,
             "object": "chat.completion" if is_chat else "text_completion",
             "created": r.created,
@@ -174,8 +180,30 @@ class BodyRenderer:
             "choices": choices,
             "usage": usage_of(done),
         }
+        if is_chat and 0 in self._prompt_logprobs:  # vLLM puts it on the response for chat
+            body["prompt_logprobs"] = wire_logprobs.prompt(self._prompt_logprobs[0])
+        return body
 
-    def _choice(self, idx: int, text: str, is_chat: bool) -> dict[str, Any]:
+    def _best_of_selection(self) -> dict[int, int]:
+        """Source choice per output index: with `best_of` > n, the n choices of each prompt
+        with the highest cumulative logprob (ties: lower index), renumbered in order."""
+        n = int(self._received.body.get("n") or 1)
+        best_of = int(self._received.body.get("best_of") or n)
+        if best_of <= n:
+            return {idx: idx for idx in self._texts}
+        kept: dict[int, int] = {}
+        for start in range(0, len(self._texts), best_of):
+            group = range(start, start + best_of)
+            ranked = sorted(group, key=lambda i: (-self._score(i), i))[:n]
+            for out_idx, src in enumerate(sorted(ranked), start=start // best_of * n):
+                kept[out_idx] = src
+        return kept
+
+    def _score(self, idx: int) -> float:
+        return sum(e.logprob for e in self._tokens.get(idx, []) if e.logprob is not None)
+
+    def _choice(self, out_idx: int, idx: int, is_chat: bool) -> dict[str, Any]:
+        text = "".join(self._texts[idx])
         finish = self._finish.get(idx)
         logprobs = None
         if wire_logprobs.is_requested(self._received):
@@ -185,8 +213,16 @@ class BodyRenderer:
             )
         if is_chat:
             message = {"role": "assistant", "content": text}
-            return {"index": idx, "message": message, "logprobs": logprobs, "finish_reason": finish}
-        return {"index": idx, "text": text, "logprobs": logprobs, "finish_reason": finish}
+            return {
+                "index": out_idx,
+                "message": message,
+                "logprobs": logprobs,
+                "finish_reason": finish,
+            }
+        choice = {"index": out_idx, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        if idx in self._prompt_logprobs:
+            choice["prompt_logprobs"] = wire_logprobs.prompt(self._prompt_logprobs[idx])
+        return choice
 
 
 def _sse(obj: Any) -> bytes:

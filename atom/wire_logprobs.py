@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from atom.events import Endpoint, RequestReceived, TokenText
+from atom.events import Endpoint, PromptToken, RequestReceived, TokenText
 
 FLOOR = -9999.0
 
@@ -23,11 +23,11 @@ def is_requested(received: RequestReceived) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def finite(logprob: float) -> float:
-    return logprob if math.isfinite(logprob) else FLOOR
+def finite(logprob: float | None) -> float | None:
+    return logprob if logprob is None or math.isfinite(logprob) else FLOOR
 
 
-def _token(token: str, logprob: float) -> dict[str, Any]:
+def _token(token: str, logprob: float | None) -> dict[str, Any]:
     return {"token": token, "logprob": finite(logprob), "bytes": list(token.encode())}
 
 
@@ -51,3 +51,20 @@ def completion(entries: Sequence[TokenText], offset: int) -> dict[str, Any]:
         "top_logprobs": [{t: finite(lp) for t, lp in e.top} for e in entries],
         "text_offset": offsets,
     }
+
+
+def prompt(entries: Sequence[PromptToken]) -> list[Any]:
+    """vLLM's prompt_logprobs: None for the first token, then per token a map
+    token id → {logprob, rank, decoded_token} holding the token and the top alternatives."""
+    out: list[Any] = [None]
+    for e in entries:
+        ranked = {
+            str(t): {"logprob": finite(lp), "rank": rank, "decoded_token": text}
+            for t, text, lp, rank in e.top
+        }
+        ranked.setdefault(
+            str(e.token_id),
+            {"logprob": finite(e.logprob), "rank": e.rank, "decoded_token": e.token},
+        )
+        out.append(ranked)
+    return out

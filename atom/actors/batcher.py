@@ -163,11 +163,11 @@ class Batcher:
                 outbox.close()
                 self._publish(RequestReleased(request_id=submit.request_id, was_scheduled=False))
                 continue
-            if not self._scheduler.can_admit(submit.num_choices):
+            if not self._scheduler.can_admit(submit.total_choices):
                 return
             self._next = None
             self._scheduler.add(submit)
-            self._running[submit.request_id] = _Admitted(submit, outbox, submit.num_choices)
+            self._running[submit.request_id] = _Admitted(submit, outbox, submit.total_choices)
             self._publish(
                 RequestScheduled(request_id=submit.request_id, num_running=len(self._running))
             )
@@ -182,6 +182,7 @@ class Batcher:
             finish_reason=output.finish_reason,
             num_cached_tokens=seq.num_cached_tokens if output.is_first else None,
             logprobs=None if output.logprobs is None else (output.logprobs,),
+            prompt_logprobs=output.prompt_logprobs,
         )
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:

@@ -50,6 +50,8 @@ class GenerationRequest:
 
     received: RequestReceived
     submit: Submit
+    echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
+    report_prompt_logprobs: bool = False
 
 
 class RequestActor:
@@ -105,22 +107,33 @@ class RequestActor:
         accepted = RequestAccepted(
             request_id=self.request_id,
             prompt_ids=submit.prompt_ids,
+            more_prompt_ids=submit.more_prompt_ids,
             params=submit.params,
-            num_choices=submit.num_choices,
+            num_choices=submit.total_choices,
         )
         await self._emit(accepted)
         to_writer, from_choices = trio.open_memory_channel[Event](math.inf)
         async with trio.open_nursery() as nursery, to_writer:
             inboxes = {}
-            for idx in range(submit.num_choices):
+            for idx in range(submit.total_choices):
                 to_choice, inbox = trio.open_memory_channel[Any](math.inf)
                 inboxes[idx] = to_choice
-                text = ChoiceText(self._core.tokenizer, submit.params)
-                stream = ChoiceStream(request_id=self.request_id, choice_idx=idx, text=text)
-                run = partial(stream.run, on_stop_string=self._stop_choice)
+                run = partial(self._choice(idx).run, on_stop_string=self._stop_choice)
                 nursery.start_soon(run, inbox, to_writer.clone())
             nursery.start_soon(self._route, inboxes)
             nursery.start_soon(self._write, from_choices)
+
+    def _choice(self, idx: int) -> ChoiceStream:
+        request, prompt_idx = self._request, idx // self._request.submit.num_choices
+        echo = request.echo_texts[prompt_idx] if request.echo_texts is not None else None
+        return ChoiceStream(
+            request_id=self.request_id,
+            choice_idx=idx,
+            text=ChoiceText(self._core.tokenizer, request.submit.params),
+            prompt_ids=request.submit.prompts[prompt_idx],
+            echo_text=echo,
+            report_prompt_logprobs=request.report_prompt_logprobs,
+        )
 
     async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
         """Outbox → choice streams. A stream that stopped early drops what still arrives."""
@@ -154,7 +167,7 @@ class RequestActor:
         longest = max(self._num_tokens.values(), default=0)
         return RequestCompleted(
             request_id=self.request_id,
-            prompt_tokens=len(self._request.submit.prompt_ids),
+            prompt_tokens=sum(len(p) for p in self._request.submit.prompts),
             completion_tokens=sum(self._num_tokens.values()),
             ttft_s=first - self._received_at,
             tpot_s=(self._last_token_at - first) / (longest - 1) if longest > 1 else 0.0,

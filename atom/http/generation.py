@@ -17,9 +17,9 @@ from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, Reques
 from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
 from atom.events import Endpoint, RequestReceived, Submit
 from atom.http.errors import error_bytes, parse
+from atom.http.prompts import render_prompts
 from atom.http.sampling import sampling_params
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, _SamplingBody
-from atom.text.prompt import encode_text, render_chat
 
 ROUTES = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -72,12 +72,16 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
     body = parse(schema, payload)
     core = ready_core(engine)
     model = check_model(engine, body.model)
-    if body.n > engine.settings.max_n:
-        raise InvalidRequest(f"n must be at most {engine.settings.max_n}", param="n")
-    prompt_ids = _prompt_ids(core, body)
-    if body.truncate_prompt_tokens is not None:
-        prompt_ids = prompt_ids[-body.truncate_prompt_tokens :]
-    params = sampling_params(core.tokenizer, core.max_model_len, body, len(prompt_ids))
+    num_choices = _num_choices(engine, body)
+    prompts = render_prompts(core.tokenizer, body)
+    if len(prompts) * num_choices > engine.settings.max_num_seqs:
+        raise InvalidRequest(
+            f"{len(prompts)} prompts x {num_choices} choices exceeds --max-num-seqs "
+            f"{engine.settings.max_num_seqs}",
+            param="n",
+        )
+    longest = max(len(p.ids) for p in prompts)
+    params = sampling_params(core.tokenizer, core.max_model_len, body, longest)
     request_id = f"{'chatcmpl' if endpoint is Endpoint.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
     received = RequestReceived(
         request_id=request_id,
@@ -88,12 +92,35 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
     )
     submit = Submit(
         request_id=request_id,
-        prompt_ids=prompt_ids,
+        prompt_ids=prompts[0].ids,
+        more_prompt_ids=tuple(p.ids for p in prompts[1:]),
         params=params,
-        num_choices=body.n,
+        num_choices=num_choices,
         cache_salt=body.cache_salt,
     )
-    return GenerationRequest(received=received, submit=submit)
+    echo = getattr(body, "echo", False)
+    return GenerationRequest(
+        received=received,
+        submit=submit,
+        echo_texts=tuple(p.text for p in prompts) if echo else None,
+        report_prompt_logprobs=body.prompt_logprobs is not None,
+    )
+
+
+def _num_choices(engine: Engine, body: _SamplingBody) -> int:
+    """n, or best_of when it asks for more candidates than choices returned."""
+    if body.n > engine.settings.max_n:
+        raise InvalidRequest(f"n must be at most {engine.settings.max_n}", param="n")
+    best_of = getattr(body, "best_of", None) or body.n
+    if best_of < body.n:
+        raise InvalidRequest(f"best_of ({best_of}) must be at least n ({body.n})", param="best_of")
+    if best_of > engine.settings.max_n:
+        raise InvalidRequest(f"best_of must be at most {engine.settings.max_n}", param="best_of")
+    if best_of > body.n and body.stream:
+        raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
+    if body.prompt_logprobs is not None and body.stream:
+        raise InvalidRequest("prompt_logprobs cannot be streamed yet", param="prompt_logprobs")
+    return best_of
 
 
 def ready_core(engine: Engine) -> EngineCore:
@@ -109,27 +136,3 @@ def check_model(engine: Engine, requested: str | None) -> str:
             f"the model `{requested}` does not exist; this server serves `{name}`", param="model"
         )
     return name
-
-
-def _prompt_ids(core: EngineCore, body: _SamplingBody) -> tuple[int, ...]:
-    if isinstance(body, ChatCompletionRequest):
-        messages = [m.as_template_message() for m in body.messages]
-        try:
-            return render_chat(core.tokenizer, messages)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), param="messages") from None
-    prompt = body.prompt  # type: ignore[attr-defined]
-    if isinstance(prompt, str):
-        return encode_text(core.tokenizer, prompt)
-    if prompt and all(isinstance(p, int) for p in prompt):
-        return _checked_ids(core, prompt)
-    if len(prompt) == 1:
-        return encode_text(core.tokenizer, prompt[0])
-    raise InvalidRequest("batched prompts are not supported yet; send one prompt", param="prompt")
-
-
-def _checked_ids(core: EngineCore, ids: list[int]) -> tuple[int, ...]:
-    vocab = len(core.tokenizer)
-    if any(i < 0 or i >= vocab for i in ids):
-        raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
-    return tuple(ids)

@@ -25,6 +25,13 @@ def sampling_params(
     if isinstance(body, ChatCompletionRequest) and body.top_logprobs and not body.logprobs:
         raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
     vocab = len(tokenizer)
+    logprobs = body.num_logprobs()  # type: ignore[attr-defined]
+    best_of = getattr(body, "best_of", None) or body.n
+    if best_of > body.n and logprobs is None:
+        logprobs = 0  # ranking the best_of candidates needs each token's logprob
+    prompt_logprobs = body.prompt_logprobs
+    if prompt_logprobs is None and getattr(body, "echo", False) and logprobs is not None:
+        prompt_logprobs = logprobs  # echo with logprobs shows the prompt's logprobs too
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
@@ -42,7 +49,8 @@ def sampling_params(
         logit_bias=_logit_bias(body.logit_bias or {}, vocab),
         allowed_token_ids=_allowed(body.allowed_token_ids, vocab),
         bad_words=_bad_words(tokenizer, body.bad_words or ()),
-        logprobs=body.num_logprobs(),  # type: ignore[attr-defined]
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
         include_stop_str_in_output=body.include_stop_str_in_output,
         skip_special_tokens=body.skip_special_tokens,
         spaces_between_special_tokens=body.spaces_between_special_tokens,

@@ -11,9 +11,6 @@ IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parall
 
 # Fields accepted only at their neutral value until their feature lands (issue #4 and on).
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "echo": (False,),
-    "prompt_logprobs": (0,),
-    "best_of": (1,),
     "suffix": ("",),
     "tools": ([],),
     "tool_choice": ("none", "auto"),
@@ -75,6 +72,7 @@ class _SamplingBody(_Body):
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = Field(default=None, ge=1)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -93,8 +91,10 @@ class ChatCompletionRequest(_SamplingBody):
 
 
 class CompletionRequest(_SamplingBody):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    best_of: int | None = Field(default=None, ge=1)
 
     def num_logprobs(self) -> int | None:
         return self.logprobs

@@ -21,6 +21,7 @@ from atom.events import SamplingParams, TokenLogprobs
 class Sampled:
     token_id: int
     logprobs: TokenLogprobs | None = None
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # prompt tokens 1.., if asked
 
 
 def apply_temperature(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
@@ -133,3 +134,25 @@ def _with_logprobs(
         entry = TokenLogprobs(logprob=float(chosen[row]), top=top)
         out.append(Sampled(token_id=token, logprobs=entry))
     return out
+
+
+def prompt_logprobs(
+    raw_logits: torch.Tensor, next_ids: Sequence[int], num_top: int
+) -> tuple[TokenLogprobs, ...]:
+    """Each prompt token's logprob and rank under the raw (unprocessed) logits of the
+    position before it, with the `num_top` most likely alternatives."""
+    logprobs = raw_logits.float().log_softmax(dim=1)
+    ids = torch.tensor(list(next_ids), device=logprobs.device)[:, None]
+    chosen = logprobs.gather(1, ids)
+    ranks = (logprobs > chosen).sum(dim=1) + 1
+    top_values, top_ids = logprobs.topk(max(num_top, 1), dim=1)
+    return tuple(
+        TokenLogprobs(
+            logprob=float(chosen[i, 0]),
+            rank=int(ranks[i]),
+            top=tuple(
+                zip(top_ids[i, :num_top].tolist(), top_values[i, :num_top].tolist(), strict=True)
+            ),
+        )
+        for i in range(len(next_ids))
+    )

@@ -26,6 +26,7 @@ class Sequence:
     seq_id: str
     request_id: str
     choice_idx: int
+    first_sibling_idx: int  # the first choice of the same prompt
     params: SamplingParams
     seed: int
     cache_salt: str | None
@@ -51,6 +52,7 @@ class SeqOutput:
     seq: Sequence
     token_id: int
     logprobs: TokenLogprobs | None
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None
     finish_reason: FinishReason | None
     is_first: bool
 
@@ -96,18 +98,21 @@ class Scheduler:
 
     def add(self, submit: Submit) -> list[Sequence]:
         """Start one sequence per choice of `submit` (blocks come when it is scheduled)."""
+        n = submit.num_choices
         new = [
             Sequence(
-                seq_id=f"{submit.request_id}/{idx}",
+                seq_id=f"{submit.request_id}/{p_idx * n + j}",
                 request_id=submit.request_id,
-                choice_idx=idx,
+                choice_idx=p_idx * n + j,
+                first_sibling_idx=p_idx * n,
                 params=submit.params,
-                seed=choice_seed(submit.params.seed, idx),
+                seed=choice_seed(submit.params.seed, p_idx * n + j),
                 cache_salt=submit.cache_salt,
-                token_ids=list(submit.prompt_ids),
-                num_prompt_tokens=len(submit.prompt_ids),
+                token_ids=list(prompt),
+                num_prompt_tokens=len(prompt),
             )
-            for idx in range(submit.num_choices)
+            for p_idx, prompt in enumerate(submit.prompts)
+            for j in range(n)
         ]
         self._seqs.update((s.seq_id, s) for s in new)
         return new
@@ -157,14 +162,19 @@ class Scheduler:
         return chunks[: self.max_num_batched_tokens]
 
     def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
+        wants_prompt = seq.params.prompt_logprobs is not None
         if not seq.has_blocks:
-            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, seq.cache_salt)
+            # Prompt logprobs need logits at every prompt position: no prefix hit.
+            salt = f"prompt-logprobs:{seq.seq_id}" if wants_prompt else seq.cache_salt
+            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt)
             seq.has_blocks, seq.num_computed = True, num_cached
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = num_cached
                 self.stats.prefix_cache_queries += seq.num_prompt_tokens
                 self.stats.prefix_cache_hits += num_cached
         end = min(len(seq.token_ids), seq.num_computed + budget)
+        if wants_prompt and seq.num_computed == 0:
+            end = len(seq.token_ids)  # one chunk, over budget if need be, to see every position
         while not self.kv.allocate(seq.seq_id, end):
             # Sequences with a chunk in this step's plan keep their blocks: the chunk
             # must not write into blocks handed to someone else.
@@ -175,10 +185,11 @@ class Scheduler:
         return self._chunk(seq, seq.num_computed, end)
 
     def _waits_for_sibling(self, seq: Sequence) -> bool:
-        """Choice k > 0 waits until choice 0 has computed the prompt's blocks."""
-        if seq.choice_idx == 0 or seq.has_blocks:
+        """A later choice of a prompt waits until its first choice has computed the prompt's
+        blocks, then takes them from the prefix cache."""
+        if seq.choice_idx == seq.first_sibling_idx or seq.has_blocks:
             return False
-        first = self._seqs.get(f"{seq.request_id}/0")
+        first = self._seqs.get(f"{seq.request_id}/{seq.first_sibling_idx}")
         return first is not None and first.num_computed < first.num_prompt_tokens
 
     def _newest_with_blocks(self, *, skip: set[str] | frozenset[str] = frozenset()) -> Sequence:
@@ -232,6 +243,7 @@ class Scheduler:
             seq=seq,
             token_id=sampled.token_id,
             logprobs=sampled.logprobs,
+            prompt_logprobs=sampled.prompt_logprobs if is_first else None,
             finish_reason=reason,
             is_first=is_first,
         )

@@ -10,7 +10,7 @@ import torch
 from atom.model.attention import ATTN_IMPLEMENTATION, DecodeGroup, PrefillSlice, StepMeta
 from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan, slot_of
-from atom.model.sampler import Sampled, sample
+from atom.model.sampler import Sampled, prompt_logprobs, sample
 
 
 def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
@@ -52,14 +52,53 @@ class TorchRunner:
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():
-            logits = self._forward(plan.chunks)
             picked = [c for c in plan.chunks if c.needs_sample]
+            keep = self._keep(plan.chunks)
+            logits = self._forward(
+                plan.chunks, keep
+            )  # also when nothing samples: it fills the cache
             if not picked:
                 return {}
-            processed = process(logits, [self._row(c) for c in picked])
+            last = torch.tensor([rows[-1] for rows in keep.values()], device=logits.device)
+            processed = process(logits[last], [self._row(c) for c in picked])
             generators = [self._generator(c) for c in picked]
             tokens = sample(processed, [c.params for c in picked], generators)
+            tokens = [
+                self._with_prompt_logprobs(c, t, logits, keep)
+                for c, t in zip(picked, tokens, strict=True)
+            ]
         return {chunk.seq_id: token for chunk, token in zip(picked, tokens, strict=True)}
+
+    @staticmethod
+    def _keep(chunks: tuple[SeqChunk, ...]) -> dict[str, list[int]]:
+        """Rows of the flat batch whose logits are needed, per sampling chunk: the last
+        one, or every one of a whole prompt whose prompt logprobs are asked for."""
+        keep: dict[str, list[int]] = {}
+        q_start, row = 0, 0
+        for chunk in chunks:
+            n = len(chunk.token_ids)
+            if chunk.needs_sample:
+                wants_prompt = chunk.params.prompt_logprobs is not None and chunk.start_pos == 0
+                count = n if wants_prompt else 1
+                keep[chunk.seq_id] = list(range(row, row + count))
+                row += count
+            q_start += n
+        return keep
+
+    def _with_prompt_logprobs(
+        self, chunk: SeqChunk, sampled: Sampled, logits: torch.Tensor, keep: dict[str, list[int]]
+    ) -> Sampled:
+        rows = keep[chunk.seq_id]
+        if len(rows) == 1:
+            return sampled
+        n_prompt = chunk.num_prompt_tokens
+        raw = logits[rows[: n_prompt - 1]]  # position i predicts prompt token i + 1
+        entries = prompt_logprobs(
+            raw, chunk.token_ids[1:n_prompt], chunk.params.prompt_logprobs or 0
+        )
+        return Sampled(
+            token_id=sampled.token_id, logprobs=sampled.logprobs, prompt_logprobs=entries
+        )
 
     def _row(self, chunk: SeqChunk) -> RowContext:
         end = chunk.start_pos + len(chunk.token_ids)
@@ -71,22 +110,22 @@ class TorchRunner:
             eos_token_ids=self.eos_token_ids,
         )
 
-    def _forward(self, chunks: tuple[SeqChunk, ...]) -> torch.Tensor:
+    def _forward(self, chunks: tuple[SeqChunk, ...], keep: dict[str, list[int]]) -> torch.Tensor:
+        """Logits of the kept positions, in `keep` order (one row per kept position)."""
         ids: list[int] = []
         positions: list[int] = []
+        wanted: list[int] = []
         for chunk in chunks:
+            n = len(chunk.token_ids)
+            if chunk.seq_id in keep:
+                wanted.extend(range(len(ids) + n - len(keep[chunk.seq_id]), len(ids) + n))
             ids.extend(chunk.token_ids)
-            positions.extend(range(chunk.start_pos, chunk.start_pos + len(chunk.token_ids)))
-        last, q_start = [], 0
-        for chunk in chunks:
-            q_start += len(chunk.token_ids)
-            if chunk.needs_sample:
-                last.append(q_start - 1)
+            positions.extend(range(chunk.start_pos, chunk.start_pos + n))
         out = self.model(
             input_ids=torch.tensor([ids], device=self._device),
             position_ids=torch.tensor([positions], device=self._device),
             use_cache=False,
-            logits_to_keep=torch.tensor(last, dtype=torch.long, device=self._device),
+            logits_to_keep=torch.tensor(wanted, dtype=torch.long, device=self._device),
             step_meta=self._meta(chunks),
         )
         return out.logits[0]

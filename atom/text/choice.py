@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atom.events import FinishReason, SamplingParams, TokenLogprobs, TokenText
+from atom.events import FinishReason, PromptToken, SamplingParams, TokenLogprobs, TokenText
 from atom.text.detokenizer import Decoder, IncrementalDetokenizer
 from atom.text.stop import StopMatcher
 
@@ -70,6 +70,35 @@ class ChoiceText:
                 text=result.text + self._stop.flush(), finish_reason=finish_reason, logprobs=texts
             )
         return ChoiceUpdate(text=result.text, finish_reason=None, logprobs=texts)
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self._params.logprobs is not None
+
+    def prompt_tokens(
+        self, prompt_ids: Sequence[int], entries: Sequence[TokenLogprobs]
+    ) -> tuple[PromptToken, ...]:
+        """vLLM prompt_logprobs records for prompt tokens 1.. (`entries` in that order)."""
+        return tuple(
+            PromptToken(
+                token_id=token_id,
+                token=self._token(token_id),
+                logprob=entry.logprob,
+                rank=entry.rank or 1,
+                top=tuple(
+                    (t, self._token(t), lp, rank + 1) for rank, (t, lp) in enumerate(entry.top)
+                ),
+            )
+            for token_id, entry in zip(prompt_ids[1:], entries, strict=True)
+        )
+
+    def echo_logprobs(
+        self, prompt_ids: Sequence[int], entries: Sequence[TokenLogprobs]
+    ) -> tuple[TokenText, ...]:
+        """The echoed prompt's tokens as logprob entries; the first has no logprob."""
+        first = TokenText(token=self._token(prompt_ids[0]), logprob=None)
+        rest = (self._as_text(t, e) for t, e in zip(prompt_ids[1:], entries, strict=True))
+        return (first, *rest)
 
     def _as_text(self, token_id: int, logprobs: TokenLogprobs) -> TokenText:
         top = tuple((self._token(t), lp) for t, lp in logprobs.top)

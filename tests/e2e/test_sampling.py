@@ -21,7 +21,7 @@ def chat(server: Server, **body: Any) -> dict[str, Any]:
     return r.json()
 
 
-def complete(server: Server, prompt: str, **body: Any) -> dict[str, Any]:
+def complete(server: Server, prompt: Any, **body: Any) -> dict[str, Any]:
     body = {"prompt": prompt, "temperature": 0, "max_tokens": 12, **body}
     r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
@@ -132,3 +132,47 @@ def test_seeded_request_is_the_same_alone_and_in_a_busy_batch(server: Server) ->
     assert together == alone
     other = content(chat(server, **{**seeded, "seed": 99}))
     assert other != alone
+
+
+def test_batched_prompts_give_one_choice_per_prompt_in_order(server: Server) -> None:
+    prompts = ["The capital of France is", "The capital of Italy is"]
+    paris = token_id(server, " Paris")
+    doc = complete(server, prompts, max_tokens=4, n=2, seed=3, temperature=0.0)
+    assert [c["index"] for c in doc["choices"]] == [0, 1, 2, 3]
+    alone = [complete(server, p, max_tokens=4)["choices"][0]["text"] for p in prompts]
+    assert [c["text"] for c in doc["choices"]] == [alone[0], alone[0], alone[1], alone[1]]
+    ids_prompt = complete(server, [[paris, paris], [paris]], max_tokens=2)
+    assert ids_prompt["usage"]["prompt_tokens"] == 3 and len(ids_prompt["choices"]) == 2
+
+
+def test_echo_prepends_the_prompt_with_its_logprobs(server: Server) -> None:
+    prompt = "The capital of France is"
+    plain = complete(server, prompt, max_tokens=4, logprobs=1)
+    echoed = complete(server, prompt, max_tokens=4, logprobs=1, echo=True)
+    text = echoed["choices"][0]["text"]
+    assert text == prompt + plain["choices"][0]["text"]
+    lp = echoed["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == text
+    assert lp["token_logprobs"][0] is None and all(x is not None for x in lp["token_logprobs"][1:])
+    assert lp["text_offset"][len(lp["tokens"]) - 4] == len(prompt)
+
+
+def test_prompt_logprobs_follow_vllm(server: Server) -> None:
+    doc = complete(server, "The capital of France is", max_tokens=2, prompt_logprobs=2)
+    entries = doc["choices"][0]["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == doc["usage"]["prompt_tokens"]
+    for entry in entries[1:]:
+        assert 2 <= len(entry) <= 3  # the top two plus the actual token when it is not in them
+        assert all({"logprob", "rank", "decoded_token"} <= set(v) for v in entry.values())
+    chat_doc = chat(server, prompt_logprobs=0, max_tokens=2)
+    assert len(chat_doc["prompt_logprobs"]) == chat_doc["usage"]["prompt_tokens"]
+
+
+def test_best_of_returns_the_most_likely_of_the_candidates(server: Server) -> None:
+    body = {"temperature": 1.0, "seed": 7, "max_tokens": 8}
+    best = complete(server, "Once upon a time", best_of=4, logprobs=0, **body)
+    assert len(best["choices"]) == 1 and best["usage"]["completion_tokens"] <= 32
+    chosen = sum(best["choices"][0]["logprobs"]["token_logprobs"])
+    candidates = complete(server, "Once upon a time", n=4, logprobs=0, **body)
+    sums = [sum(c["logprobs"]["token_logprobs"]) for c in candidates["choices"]]
+    assert math.isclose(chosen, max(sums), rel_tol=1e-6)
