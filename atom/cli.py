@@ -9,7 +9,7 @@ import sys
 from dataclasses import fields
 
 from atom.config import Settings
-from atom.replay import project
+from atom.replay import project, reparse
 from atom.request_log import read_log
 
 
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("log")
     replay.add_argument("--request-id", help="only this request")
     replay.add_argument("--json", action="store_true", help="one JSON object per response")
+    replay.add_argument("--tool-call-parser", help="re-parse the recorded tokens with this parser")
+    replay.add_argument("--reasoning-parser", help="re-parse the recorded tokens with this parser")
+    replay.add_argument("--model", help="model whose tokenizer re-parsing uses (default: embedded)")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
@@ -55,7 +58,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    for response in project(read_log(args.log)):
+    envelopes = read_log(args.log)
+    if args.tool_call_parser or args.reasoning_parser:
+        from atom.model.loader import load_tokenizer
+
+        tokenizer = load_tokenizer(args.model, cache_dir=Settings().cache_dir)
+        envelopes = reparse(
+            envelopes,
+            tokenizer,
+            tool_call_parser=args.tool_call_parser,
+            reasoning_parser=args.reasoning_parser,
+        )
+    for response in project(envelopes):
         if args.request_id and response.request_id != args.request_id:
             continue
         body = response.body.decode()

@@ -26,6 +26,10 @@ class Settings:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     quantization: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    default_chat_template_kwargs: str | None = None  # a JSON object
+    exclude_tools_when_tool_choice_none: bool = False
     max_queued_requests: int = 256
     max_n: int = 16
     request_log: str | None = None

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
 
 
 class Endpoint(StrEnum):
@@ -207,6 +208,36 @@ class PromptLogprobs(RequestEvent):
     entries: tuple[PromptToken, ...]
 
 
+@_tagged("reasoning_delta")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta(RequestEvent):
+    """New reasoning text of one choice (the reasoning parser's share of the output)."""
+
+    choice_idx: int
+    text: str
+
+
+@_tagged("tool_call_started")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallStarted(RequestEvent):
+    """A tool call of one choice began: its index in the choice, id and function name."""
+
+    choice_idx: int
+    index: int
+    id: str
+    name: str
+
+
+@_tagged("tool_arguments_delta")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolArgumentsDelta(RequestEvent):
+    """A fragment of a tool call's arguments (JSON text)."""
+
+    choice_idx: int
+    index: int
+    text: str
+
+
 @_tagged("choice_finished")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChoiceFinished(RequestEvent):
@@ -215,6 +246,7 @@ class ChoiceFinished(RequestEvent):
     choice_idx: int
     finish_reason: FinishReason
     num_tokens: int
+    num_reasoning_tokens: int | None = None  # with a reasoning parser
 
 
 @_tagged("request_completed")
@@ -228,6 +260,7 @@ class RequestCompleted(RequestEvent):
     tpot_s: float
     latency_s: float
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None  # with a reasoning parser
 
 
 @_tagged("client_disconnected")

@@ -1,15 +1,35 @@
 """Projection replay: fold a request log back into the exact HTTP responses that were sent.
 
 No model and no clock: the renderer is fed the same events, in the same order,
-as the live request actor fed it, so the bytes are identical.
+as the live request actor fed it, so the bytes are identical. `reparse` first
+rebuilds the text events from the recorded tokens with other parsers, to show
+how they would have answered the same traffic (this needs the tokenizer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from atom.events import Envelope, Event, RequestEvent, RequestReceived
+from atom.events import (
+    ChoiceFinished,
+    Envelope,
+    Event,
+    ReasoningDelta,
+    RequestAccepted,
+    RequestCompleted,
+    RequestEvent,
+    RequestReceived,
+    TextDelta,
+    TokensSampled,
+    ToolArgumentsDelta,
+    ToolCallStarted,
+)
+from atom.text.choice import ChoiceText
+from atom.text.parsers import reasoning_format, tool_format
+from atom.text.pipeline import ChoicePipeline, ChoiceSetup
+from atom.text.tools.base import limited
 from atom.wire import BodyRenderer, StreamRenderer, renderer_for
 
 
@@ -45,3 +65,76 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
         elif isinstance(event, RequestEvent) and event.request_id in renderers:
             responses[event.request_id].feed(renderers[event.request_id], event)
     return list(responses.values())
+
+
+_TEXT_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolArgumentsDelta, ChoiceFinished)
+
+
+def reparse(
+    envelopes: Iterable[Envelope],
+    tokenizer: Any,
+    *,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+) -> Iterator[Envelope]:
+    """The log as it would have been with other parsers: every choice's text events are
+    rebuilt from the recorded tokens (through the same ChoicePipeline as live)."""
+    pipelines: dict[tuple[str, int], ChoicePipeline] = {}
+    bodies: dict[str, dict[str, Any]] = {}
+    reasoning_tokens: dict[str, int] = {}
+    for env in envelopes:
+        event = env.event
+        if isinstance(event, RequestReceived):
+            bodies[event.request_id] = event.body
+        elif isinstance(event, RequestAccepted):
+            pipelines.update(
+                _pipelines(
+                    event,
+                    bodies.get(event.request_id, {}),
+                    tokenizer,
+                    tool_call_parser,
+                    reasoning_parser,
+                )
+            )
+        elif isinstance(event, _TEXT_EVENTS):
+            continue
+        if isinstance(event, RequestCompleted) and reasoning_parser:
+            event = replace(event, reasoning_tokens=reasoning_tokens.get(event.request_id, 0))
+        yield replace(env, event=event)
+        if isinstance(event, TokensSampled):
+            for new in pipelines[(event.request_id, event.choice_idx)].feed(event):
+                if isinstance(new, ChoiceFinished) and new.num_reasoning_tokens:
+                    rid = new.request_id
+                    reasoning_tokens[rid] = reasoning_tokens.get(rid, 0) + new.num_reasoning_tokens
+                yield Envelope(seq=env.seq, at=env.at, event=new)
+
+
+def _pipelines(
+    accepted: RequestAccepted,
+    body: dict[str, Any],
+    tokenizer: Any,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+) -> dict[tuple[str, int], ChoicePipeline]:
+    tools = body.get("tools") or []
+    use_tools = tool_call_parser and tools and body.get("tool_choice") != "none"
+    fmt = tool_format(tool_call_parser, tools) if use_tools and tool_call_parser else None
+    if fmt is not None and body.get("parallel_tool_calls") is False:
+        fmt = limited(fmt, 1)
+    kwargs = body.get("chat_template_kwargs") or {}
+    reasoning = reasoning_format(reasoning_parser, kwargs) if reasoning_parser else None
+    prompts = (accepted.prompt_ids, *accepted.more_prompt_ids)
+    per_prompt = accepted.num_choices // len(prompts)
+    out = {}
+    for idx in range(accepted.num_choices):
+        setup = ChoiceSetup(
+            request_id=accepted.request_id,
+            choice_idx=idx,
+            prompt_ids=prompts[idx // per_prompt],
+            tool_format=fmt,
+            reasoning_format=reasoning,
+        )
+        out[(accepted.request_id, idx)] = ChoicePipeline(
+            setup, ChoiceText(tokenizer, accepted.params)
+        )
+    return out

@@ -19,12 +19,15 @@ from atom.events import (
     Event,
     PromptLogprobs,
     PromptToken,
+    ReasoningDelta,
     RequestAccepted,
     RequestCompleted,
     RequestFailed,
     RequestReceived,
     TextDelta,
     TokenText,
+    ToolArgumentsDelta,
+    ToolCallStarted,
 )
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -52,6 +55,8 @@ def usage_of(done: RequestCompleted) -> dict[str, Any]:
     }
     if done.cached_tokens is not None:  # logs from before prefix caching have none
         usage["prompt_tokens_details"] = {"cached_tokens": done.cached_tokens}
+    if done.reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": done.reasoning_tokens}
     usage.update(ttft_s=done.ttft_s, tpot_s=done.tpot_s, latency_s=done.latency_s)
     return usage
 
@@ -104,6 +109,8 @@ class StreamRenderer:
         if isinstance(event, TextDelta):
             delta = {"content": event.text} if self._is_chat else event.text
             return self._chunk(event.choice_idx, delta, None, self._delta_logprobs(event))
+        if isinstance(event, ReasoningDelta | ToolCallStarted | ToolArgumentsDelta):
+            return self._chunk(event.choice_idx, parsed_delta(event), None)
         if isinstance(event, ChoiceFinished):
             delta = {} if self._is_chat else ""
             return self._chunk(event.choice_idx, delta, event.finish_reason.value)
@@ -139,6 +146,22 @@ class StreamRenderer:
         return out
 
 
+def parsed_delta(event: ReasoningDelta | ToolCallStarted | ToolArgumentsDelta) -> dict[str, Any]:
+    """A chat delta for reasoning (under both names clients use) or a tool-call piece:
+    the first piece of a call carries index, id, type and name; later ones arguments."""
+    if isinstance(event, ReasoningDelta):
+        return {"reasoning_content": event.text, "reasoning": event.text}
+    if isinstance(event, ToolCallStarted):
+        call = {
+            "index": event.index,
+            "id": event.id,
+            "type": "function",
+            "function": {"name": event.name, "arguments": ""},
+        }
+        return {"tool_calls": [call]}
+    return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
+
+
 class BodyRenderer:
     """One JSON body, sent when the request completes."""
 
@@ -148,6 +171,8 @@ class BodyRenderer:
         self._tokens: dict[int, list[TokenText]] = {}
         self._finish: dict[int, str] = {}
         self._prompt_logprobs: dict[int, tuple[PromptToken, ...]] = {}
+        self._reasoning: dict[int, list[str]] = {}
+        self._calls: dict[int, dict[int, list[str]]] = {}  # choice → index → [id, name, args]
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -155,6 +180,12 @@ class BodyRenderer:
             return error_output(event)
         if isinstance(event, PromptLogprobs):
             self._prompt_logprobs[event.choice_idx] = event.entries
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning.setdefault(event.choice_idx, []).append(event.text)
+        elif isinstance(event, ToolCallStarted):
+            self._calls.setdefault(event.choice_idx, {})[event.index] = [event.id, event.name, ""]
+        elif isinstance(event, ToolArgumentsDelta):
+            self._calls[event.choice_idx][event.index][2] += event.text
         elif isinstance(event, RequestAccepted):
             self._texts = {i: [] for i in range(event.num_choices)}
         elif isinstance(event, TextDelta):
@@ -199,6 +230,19 @@ class BodyRenderer:
                 kept[out_idx] = src
         return kept
 
+    def _message(self, idx: int, text: str) -> dict[str, Any]:
+        calls = self._calls.get(idx, {})
+        message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+        if idx in self._reasoning:
+            reasoning = "".join(self._reasoning[idx])
+            message.update(reasoning_content=reasoning, reasoning=reasoning)
+        if calls:
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in (calls[i] for i in sorted(calls))
+            ]
+        return message
+
     def _score(self, idx: int) -> float:
         return sum(e.logprob for e in self._tokens.get(idx, []) if e.logprob is not None)
 
@@ -212,7 +256,7 @@ class BodyRenderer:
                 wire_logprobs.chat(entries) if is_chat else wire_logprobs.completion(entries, 0)
             )
         if is_chat:
-            message = {"role": "assistant", "content": text}
+            message = self._message(idx, text)
             return {
                 "index": out_idx,
                 "message": message,

@@ -37,6 +37,9 @@ from atom.events import (
     TokensSampled,
 )
 from atom.text.choice import ChoiceText
+from atom.text.pipeline import ChoicePipeline, ChoiceSetup
+from atom.text.reasoning.base import ReasoningFormat
+from atom.text.tools.base import ToolFormat
 from atom.wire import Output, renderer_for
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,6 +55,8 @@ class GenerationRequest:
     submit: Submit
     echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
     report_prompt_logprobs: bool = False
+    tool_format: ToolFormat | None = None
+    reasoning_format: ReasoningFormat | None = None
 
 
 class RequestActor:
@@ -71,6 +76,7 @@ class RequestActor:
         self._last_token_at = 0.0
         self._num_tokens: dict[int, int] = {}
         self._cached_tokens = 0
+        self._reasoning_tokens: int | None = 0 if request.reasoning_format else None
 
     @property
     def request_id(self) -> str:
@@ -126,14 +132,17 @@ class RequestActor:
     def _choice(self, idx: int) -> ChoiceStream:
         request, prompt_idx = self._request, idx // self._request.submit.num_choices
         echo = request.echo_texts[prompt_idx] if request.echo_texts is not None else None
-        return ChoiceStream(
+        setup = ChoiceSetup(
             request_id=self.request_id,
             choice_idx=idx,
-            text=ChoiceText(self._core.tokenizer, request.submit.params),
             prompt_ids=request.submit.prompts[prompt_idx],
             echo_text=echo,
             report_prompt_logprobs=request.report_prompt_logprobs,
+            tool_format=request.tool_format,
+            reasoning_format=request.reasoning_format,
         )
+        text = ChoiceText(self._core.tokenizer, request.submit.params)
+        return ChoiceStream(ChoicePipeline(setup, text), idx)
 
     async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
         """Outbox → choice streams. A stream that stopped early drops what still arrives."""
@@ -158,6 +167,10 @@ class RequestActor:
             async for event in inbox:
                 if isinstance(event, ChoiceFinished):
                     self._num_tokens[event.choice_idx] = event.num_tokens
+                    if event.num_reasoning_tokens is not None:
+                        self._reasoning_tokens = (
+                            self._reasoning_tokens or 0
+                        ) + event.num_reasoning_tokens
                 await self._emit(event)
         await self._emit(self._completed())
         self._is_done = True
@@ -173,6 +186,7 @@ class RequestActor:
             tpot_s=(self._last_token_at - first) / (longest - 1) if longest > 1 else 0.0,
             latency_s=self._core.clock() - self._received_at,
             cached_tokens=self._cached_tokens,
+            reasoning_tokens=self._reasoning_tokens,
         )
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:

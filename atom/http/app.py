@@ -21,6 +21,7 @@ from atom.actors.request import ASGIReceive, ASGISend
 from atom.config import Settings
 from atom.errors import AtomError, MethodNotAllowed, RouteNotFound
 from atom.http import info, tokenize
+from atom.http.chat_setup import check_parser_names
 from atom.http.errors import error_bytes
 from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.model.runner import Runtime
@@ -56,6 +57,7 @@ def create_app(
         from atom.model.loader import load_runtime
 
         load = load_runtime
+    check_parser_names(settings)
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams

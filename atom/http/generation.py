@@ -16,6 +16,7 @@ from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
 from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
 from atom.events import Endpoint, RequestReceived, Submit
+from atom.http.chat_setup import chat_setup
 from atom.http.errors import error_bytes, parse
 from atom.http.prompts import render_prompts
 from atom.http.sampling import sampling_params
@@ -73,7 +74,8 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
     core = ready_core(engine)
     model = check_model(engine, body.model)
     num_choices = _num_choices(engine, body)
-    prompts = render_prompts(core.tokenizer, body)
+    chat = chat_setup(engine.settings, body) if isinstance(body, ChatCompletionRequest) else None
+    prompts = render_prompts(core.tokenizer, body, chat)
     if len(prompts) * num_choices > engine.settings.max_num_seqs:
         raise InvalidRequest(
             f"{len(prompts)} prompts x {num_choices} choices exceeds --max-num-seqs "
@@ -104,6 +106,8 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
         submit=submit,
         echo_texts=tuple(p.text for p in prompts) if echo else None,
         report_prompt_logprobs=body.prompt_logprobs is not None,
+        tool_format=chat.tool_format if chat else None,
+        reasoning_format=chat.reasoning_format if chat else None,
     )
 
 

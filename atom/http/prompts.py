@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atom.errors import InvalidRequest
+from atom.http.chat_setup import ChatSetup
 from atom.http.schemas import ChatCompletionRequest, _SamplingBody
 from atom.text.prompt import encode_text, render_chat
 
@@ -17,12 +18,19 @@ class Prompt:
     text: str  # what `echo` shows: the client's string, or the ids decoded
 
 
-def render_prompts(tokenizer: Any, body: _SamplingBody) -> list[Prompt]:
+def render_prompts(
+    tokenizer: Any, body: _SamplingBody, chat: ChatSetup | None = None
+) -> list[Prompt]:
     """One Prompt per prompt of the request (chat: exactly one). Raises InvalidRequest."""
     if isinstance(body, ChatCompletionRequest):
         messages = [m.as_template_message() for m in body.messages]
         try:
-            ids = render_chat(tokenizer, messages)
+            ids = render_chat(
+                tokenizer,
+                messages,
+                tools=chat.template_tools if chat else None,
+                template_kwargs=chat.template_kwargs if chat else None,
+            )
         except ValueError as exc:
             raise InvalidRequest(str(exc), param="messages") from None
         return [_truncated(tokenizer, body, ids, None)]

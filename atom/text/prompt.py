@@ -6,8 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> tuple[int, ...]:
-    """Token ids of `messages` rendered by the chat template, with the generation prompt.
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> tuple[int, ...]:
+    """Token ids of `messages` rendered by the chat template, with the generation prompt;
+    `tools` and `template_kwargs` (e.g. enable_thinking) are passed to the template.
 
     Raises ValueError when the template rejects the conversation.
     """
@@ -15,7 +22,12 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> tuple[int
         raise ValueError("this model has no chat template; use /v1/completions")
     try:
         ids = tokenizer.apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+            list(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **(template_kwargs or {}),
         )
     except Exception as exc:  # jinja raises its own TemplateError types
         raise ValueError(f"the chat template rejected the messages: {exc}") from exc

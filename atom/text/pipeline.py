@@ -1,0 +1,134 @@
+"""ChoicePipeline: one choice's whole text path — detokenize, stop strings, reasoning
+parser, tool-call parser — from TokensSampled to the choice's output events.
+
+Pure and synchronous: the ChoiceStream actor runs it live, and `atom replay` runs it
+again over recorded tokens (with other parsers, if asked)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from atom.events import (
+    ChoiceFinished,
+    Event,
+    FinishReason,
+    PromptLogprobs,
+    ReasoningDelta,
+    TextDelta,
+    TokensSampled,
+    TokenText,
+    ToolArgumentsDelta,
+    ToolCallStarted,
+)
+from atom.text.choice import ChoiceText
+from atom.text.reasoning.base import ReasoningFormat, ReasoningStream
+from atom.text.tools.base import ContentDelta, ToolCallStart, ToolDelta, ToolFormat, ToolStream
+from atom.text.tools.base import ToolArgumentsDelta as ArgsDelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceSetup:
+    """What one choice's pipeline needs besides its tokens."""
+
+    request_id: str
+    choice_idx: int
+    prompt_ids: tuple[int, ...] = ()
+    echo_text: str | None = None
+    report_prompt_logprobs: bool = False
+    tool_format: ToolFormat | None = None
+    reasoning_format: ReasoningFormat | None = None
+
+
+class ChoicePipeline:
+    """Feed the choice's TokensSampled in order; get its events. Mutates itself only."""
+
+    def __init__(self, setup: ChoiceSetup, text: ChoiceText) -> None:
+        self._setup = setup
+        self._text = text
+        self._reasoning = (
+            ReasoningStream(setup.reasoning_format) if setup.reasoning_format else None
+        )
+        self._tools = (
+            ToolStream(setup.tool_format, id_seed=f"{setup.request_id}/{setup.choice_idx}")
+            if setup.tool_format
+            else None
+        )
+        self._is_first = True
+        self._num_reasoning_tokens = 0
+        self.is_stopped_by_string = False
+
+    @property
+    def is_finished(self) -> bool:
+        return self._text.finish_reason is not None
+
+    def feed(self, sampled: TokensSampled) -> list[Event]:
+        events: list[Event] = []
+        if self._is_first:
+            self._is_first = False
+            events += self._prompt_events(sampled)
+        if self._reasoning is not None and self._reasoning.is_reasoning:
+            self._num_reasoning_tokens += len(sampled.token_ids)
+        update = self._text.feed(sampled.token_ids, sampled.finish_reason, sampled.logprobs)
+        events += self._split(
+            update.text, update.logprobs, is_last=update.finish_reason is not None
+        )
+        if update.finish_reason is not None:
+            self.is_stopped_by_string = update.is_stopped_by_string
+            events.append(self._finished(update.finish_reason))
+        return events
+
+    def _split(
+        self, text: str, logprobs: tuple[TokenText, ...] | None, *, is_last: bool
+    ) -> list[Event]:
+        """Text → reasoning and content → content and tool calls, as events."""
+        events: list[Event] = []
+        content = text
+        if self._reasoning is not None:
+            reasoning, content = self._reasoning.feed(text)
+            if is_last:
+                more_reasoning, more_content = self._reasoning.flush()
+                reasoning, content = reasoning + more_reasoning, content + more_content
+            if reasoning:
+                events.append(self._event(ReasoningDelta, text=reasoning))
+        deltas: list[ToolDelta] = [ContentDelta(text=content)] if content else []
+        if self._tools is not None:
+            deltas = self._tools.feed(content) + (self._tools.flush() if is_last else [])
+        texts = [d.text for d in deltas if isinstance(d, ContentDelta)]
+        if texts or logprobs:
+            events.append(self._event(TextDelta, text="".join(texts), logprobs=logprobs))
+        events += [self._tool_event(d) for d in deltas if not isinstance(d, ContentDelta)]
+        return events
+
+    def _tool_event(self, delta: ToolDelta) -> Event:
+        if isinstance(delta, ToolCallStart):
+            return self._event(ToolCallStarted, index=delta.index, id=delta.id, name=delta.name)
+        assert isinstance(delta, ArgsDelta)
+        return self._event(ToolArgumentsDelta, index=delta.index, text=delta.text)
+
+    def _finished(self, reason: FinishReason) -> ChoiceFinished:
+        if reason is FinishReason.STOP and self._tools is not None and self._tools.num_calls:
+            reason = FinishReason.TOOL_CALLS
+        return ChoiceFinished(
+            request_id=self._setup.request_id,
+            choice_idx=self._setup.choice_idx,
+            finish_reason=reason,
+            num_tokens=self._text.num_tokens,
+            num_reasoning_tokens=self._num_reasoning_tokens if self._reasoning else None,
+        )
+
+    def _prompt_events(self, first: TokensSampled) -> list[Event]:
+        """vLLM's prompt_logprobs and the echoed prompt, both before the first token's text."""
+        setup, events = self._setup, []  # type: ignore[var-annotated]
+        entries = first.prompt_logprobs
+        if setup.report_prompt_logprobs and entries is not None:
+            tokens = self._text.prompt_tokens(setup.prompt_ids, entries)
+            events.append(self._event(PromptLogprobs, entries=tokens))
+        if setup.echo_text is not None:
+            echoed = None
+            if self._text.wants_logprobs and entries is not None:
+                echoed = self._text.echo_logprobs(setup.prompt_ids, entries)
+            events.append(self._event(TextDelta, text=setup.echo_text, logprobs=echoed))
+        return events
+
+    def _event(self, cls: type, **fields: object) -> Event:
+        return cls(request_id=self._setup.request_id, choice_idx=self._setup.choice_idx, **fields)  # type: ignore[no-any-return]

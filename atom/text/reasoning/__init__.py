@@ -1,0 +1,1 @@
+"""Reasoning parsers: split a choice's text into reasoning and content, streaming-exact."""

@@ -1,0 +1,107 @@
+"""Reasoning formats scan all text so far into (reasoning, content); `ReasoningStream`
+emits only what is new. As for tool calls, every scan is monotone, so the streamed
+pieces concatenate to exactly the non-streaming split for any chunking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from atom.text.scanning import held_back
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningScan:
+    reasoning: str
+    content: str
+
+
+class ReasoningFormat(Protocol):
+    def scan(self, text: str, *, is_final: bool) -> ReasoningScan: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTags:
+    """`<think>…</think>` then content (deepseek_r1, qwen3).
+
+    `open_optional`: the template may have emitted `<think>` already, so text without
+    it is reasoning until `</think>` (deepseek_r1); otherwise text must start with
+    `<think>` to be reasoning (qwen3). An unterminated block is all reasoning.
+    `enabled=False` (qwen3 with enable_thinking false): everything is content."""
+
+    open_optional: bool
+    enabled: bool = True
+    open: str = "<think>"
+    close: str = "</think>"
+
+    def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
+        if not self.enabled:
+            return ReasoningScan(reasoning="", content=text)
+        start = 0
+        if text.startswith(self.open):
+            start = len(self.open)
+        elif self.open.startswith(text) and not is_final:
+            return ReasoningScan(reasoning="", content="")  # may still become the tag
+        elif not self.open_optional:
+            return ReasoningScan(reasoning="", content=text)
+        end = text.find(self.close, start)
+        if end < 0:
+            body = text[start:]
+            keep = 0 if is_final else held_back(body, [self.close])
+            return ReasoningScan(reasoning=body[: len(body) - keep], content="")
+        return ReasoningScan(reasoning=text[start:end], content=text[end + len(self.close) :])
+
+
+@dataclass(frozen=True, slots=True)
+class Granite:
+    """ "Here is my thought process:" reasoning "Here is my response:" content."""
+
+    thought: str = "Here is my thought process:"
+    response: str = "Here is my response:"
+
+    def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
+        if not text.startswith(self.thought):
+            if self.thought.startswith(text) and not is_final:
+                return ReasoningScan(reasoning="", content="")
+            return ReasoningScan(reasoning="", content=text)
+        start = len(self.thought)
+        end = text.find(self.response, start)
+        if end < 0:
+            body = text[start:]
+            keep = 0 if is_final else held_back(body, [self.response])
+            return ReasoningScan(reasoning=body[: len(body) - keep], content="")
+        return ReasoningScan(reasoning=text[start:end], content=text[end + len(self.response) :])
+
+
+@dataclass(slots=True)
+class ReasoningStream:
+    """Feed text chunks; get (reasoning, content) deltas; `flush()` at the end."""
+
+    fmt: ReasoningFormat
+    _text: str = ""
+    _reasoning_len: int = 0
+    _content_len: int = 0
+
+    def feed(self, chunk: str) -> tuple[str, str]:
+        self._text += chunk
+        return self._diff(self.fmt.scan(self._text, is_final=False))
+
+    def flush(self) -> tuple[str, str]:
+        return self._diff(self.fmt.scan(self._text, is_final=True))
+
+    @property
+    def is_reasoning(self) -> bool:
+        """Whether the text so far ends inside the reasoning section."""
+        scan = self.fmt.scan(self._text, is_final=False)
+        return not scan.content and bool(scan.reasoning or not self._text)
+
+    def _diff(self, scan: ReasoningScan) -> tuple[str, str]:
+        reasoning = scan.reasoning[self._reasoning_len :]
+        content = scan.content[self._content_len :]
+        self._reasoning_len, self._content_len = len(scan.reasoning), len(scan.content)
+        return reasoning, content
+
+
+def parse_reasoning(fmt: ReasoningFormat, text: str) -> ReasoningScan:
+    """Non-streaming: the whole text split into reasoning and content."""
+    return fmt.scan(text, is_final=True)

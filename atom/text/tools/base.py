@@ -1,0 +1,135 @@
+"""Tool-call parsing: records, the format protocol, and one streaming driver for all formats.
+
+A format only *scans*: given all text so far it says which content is certain and
+which calls it has seen (name known, arguments so far). `parse` is one final scan;
+`ToolStream` rescans as chunks arrive and emits only what is new. Every format keeps
+its scan monotone — what a partial scan reports is a prefix of what later scans
+report — so the streamed content and argument fragments concatenate to exactly the
+non-streaming result, whatever the chunking. A call is committed once its name is
+complete; its arguments are the model's own text (JSON formats) or, for formats
+whose arguments need converting, arrive whole when the call closes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartialCall:
+    name: str
+    arguments: str  # so far
+    is_complete: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    content: str
+    calls: tuple[PartialCall, ...] = ()
+
+
+class ToolFormat(Protocol):
+    def scan(self, text: str, *, is_final: bool) -> Scan: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedTools:
+    content: str
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolArgumentsDelta:
+    index: int
+    text: str
+
+
+ToolDelta = ContentDelta | ToolCallStart | ToolArgumentsDelta
+
+
+def call_id(id_seed: str, index: int) -> str:
+    """Deterministic, unique per (request choice, call index): replay gives the same ids."""
+    digest = hashlib.sha256(f"{id_seed}/{index}".encode()).hexdigest()
+    return f"call_{digest[:24]}"
+
+
+def parse(fmt: ToolFormat, text: str, *, id_seed: str = "") -> ParsedTools:
+    """Non-streaming: content and complete list of calls of a whole text."""
+    scan = fmt.scan(text, is_final=True)
+    calls = tuple(
+        ToolCall(id=call_id(id_seed, i), name=c.name, arguments=c.arguments)
+        for i, c in enumerate(scan.calls)
+    )
+    return ParsedTools(content=scan.content, calls=calls)
+
+
+@dataclass(slots=True)
+class ToolStream:
+    """Feed text chunks of any size; get deltas. `flush()` at the end of the output."""
+
+    fmt: ToolFormat
+    id_seed: str = ""
+    _text: str = ""
+    _content_len: int = 0
+    _args_len: list[int] = field(default_factory=list)
+
+    def feed(self, chunk: str) -> list[ToolDelta]:
+        self._text += chunk
+        return self._diff(self.fmt.scan(self._text, is_final=False))
+
+    def flush(self) -> list[ToolDelta]:
+        return self._diff(self.fmt.scan(self._text, is_final=True))
+
+    @property
+    def num_calls(self) -> int:
+        return len(self._args_len)
+
+    def _diff(self, scan: Scan) -> list[ToolDelta]:
+        out: list[ToolDelta] = []
+        if len(scan.content) > self._content_len:
+            out.append(ContentDelta(text=scan.content[self._content_len :]))
+            self._content_len = len(scan.content)
+        for i, call in enumerate(scan.calls):
+            if i == len(self._args_len):
+                out.append(ToolCallStart(index=i, id=call_id(self.id_seed, i), name=call.name))
+                self._args_len.append(0)
+            if len(call.arguments) > self._args_len[i]:
+                out.append(ToolArgumentsDelta(index=i, text=call.arguments[self._args_len[i] :]))
+                self._args_len[i] = len(call.arguments)
+        return out
+
+
+def limited(fmt: ToolFormat, max_calls: int) -> ToolFormat:
+    """`parallel_tool_calls: false`: keep at most `max_calls` calls (later ones are dropped)."""
+    return _Limited(fmt, max_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class _Limited:
+    inner: Any
+    max_calls: int
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        scan = self.inner.scan(text, is_final=is_final)
+        return Scan(content=scan.content, calls=scan.calls[: self.max_calls])

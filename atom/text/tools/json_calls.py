@@ -1,0 +1,208 @@
+"""Formats whose calls are JSON objects `{"name": ..., "arguments": {...}}`: hermes/qwen
+(`<tool_call>…</tool_call>`), granite (`<|tool_call|>[…]`), mistral (`[TOOL_CALLS] […]`
+and `[TOOL_CALLS]name[ARGS]{…}`) and llama3_json (optional `<|python_tag|>`, calls
+separated by `;`, `parameters` for arguments)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from atom.text.scanning import held_back, json_string_end, json_value_end, skip_space
+from atom.text.tools.base import PartialCall, Scan
+
+ARG_KEYS = ("arguments", "parameters")
+
+
+def object_fields(text: str, start: int) -> tuple[dict[str, tuple[int, int | None]], int | None]:
+    """Top-level fields of the JSON object at text[start] == '{': key → (value start, value
+    end or None), and the object's end (None while unfinished or malformed)."""
+    fields: dict[str, tuple[int, int | None]] = {}
+    i = skip_space(text, start + 1)
+    while i < len(text):
+        if text[i] == "}":
+            return fields, i + 1
+        if text[i] == ",":
+            i = skip_space(text, i + 1)
+            continue
+        key_end = json_string_end(text, i) if text[i] == '"' else None
+        if key_end is None:
+            return fields, None
+        key = json.loads(text[i:key_end])
+        i = skip_space(text, key_end)
+        if i >= len(text) or text[i] != ":":
+            return fields, None
+        i = skip_space(text, i + 1)
+        value_end = json_value_end(text, i)
+        fields[key] = (i, value_end)
+        if value_end is None:
+            return fields, None
+        i = skip_space(text, value_end)
+    return fields, None
+
+
+def read_call(text: str, start: int, *, limit: int) -> tuple[PartialCall | None, int | None]:
+    """The call object at `start`, read no further than `limit`: (call once its name is
+    complete, else None; the object's end when it is complete)."""
+    if start >= limit or text[start] != "{":
+        return None, None
+    fields, end = object_fields(text[:limit], start)
+    name_span = fields.get("name")
+    if name_span is None or name_span[1] is None or text[name_span[0]] != '"':
+        return None, end
+    name = json.loads(text[name_span[0] : name_span[1]])
+    arg_span = next((fields[k] for k in ARG_KEYS if k in fields), None)
+    if arg_span is None:
+        return PartialCall(
+            name=name, arguments="{}" if end else "", is_complete=end is not None
+        ), end
+    arg_end = arg_span[1] if arg_span[1] is not None else limit
+    return PartialCall(
+        name=name, arguments=text[arg_span[0] : arg_end], is_complete=end is not None
+    ), end
+
+
+@dataclass(frozen=True, slots=True)
+class Hermes:
+    """`<tool_call>{"name": …, "arguments": {…}}</tool_call>`, any number, text around them."""
+
+    open: str = "<tool_call>"
+    close: str = "</tool_call>"
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        content: list[str] = []
+        calls: list[PartialCall] = []
+        pos = 0
+        while True:
+            i = text.find(self.open, pos)
+            if i < 0:
+                tail = text[pos:]
+                content.append(
+                    tail[: len(tail) - (0 if is_final else held_back(tail, [self.open]))]
+                )
+                break
+            content.append(text[pos:i])
+            j = text.find(self.close, i)
+            limit = j if j >= 0 else len(text) - (0 if is_final else held_back(text, [self.close]))
+            call, _ = read_call(text, skip_space(text, i + len(self.open)), limit=limit)
+            if call is not None:
+                calls.append(call)
+            elif j >= 0 or is_final:  # no call in it: the block is kept as content
+                content.append(text[i : j + len(self.close) if j >= 0 else len(text)])
+            if j < 0:
+                break
+            pos = j + len(self.close)
+        return Scan(content="".join(content), calls=tuple(calls))
+
+
+def scan_call_list(
+    text: str, start: int, *, is_final: bool, separator: str
+) -> tuple[list[PartialCall], bool]:
+    """Calls of a `[{…}, {…}]` list (separator ",") or of `{…}; {…}` (separator ";")
+    starting at `start`; also whether everything from `start` parsed as calls."""
+    calls: list[PartialCall] = []
+    i = skip_space(text, start)
+    is_list = separator == ","
+    if is_list:
+        if i >= len(text):
+            return calls, True
+        if text[i] != "[":
+            return calls, False
+        i = skip_space(text, i + 1)
+    while i < len(text):
+        call, end = read_call(text, i, limit=len(text))
+        if call is None:
+            return calls, end is None and not is_final and text[i] == "{"
+        calls.append(call)
+        if end is None:
+            return calls, True
+        i = skip_space(text, end)
+        if i < len(text) and text[i] == separator:
+            i = skip_space(text, i + 1)
+        elif i < len(text) and is_list and text[i] == "]":
+            return calls, skip_space(text, i + 1) == len(text)
+    return calls, True
+
+
+@dataclass(frozen=True, slots=True)
+class Prefixed:
+    """Content, then `marker` and a JSON list of calls to the end (granite, mistral v1)."""
+
+    marker: str
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        i = text.find(self.marker)
+        if i < 0:
+            return Scan(
+                content=text[: len(text) - (0 if is_final else held_back(text, [self.marker]))]
+            )
+        calls, ok = scan_call_list(text, i + len(self.marker), is_final=is_final, separator=",")
+        if calls or (ok and not is_final):
+            return Scan(content=text[:i], calls=tuple(calls))
+        return Scan(content=text)  # not a call list after all: keep everything as text
+
+
+@dataclass(frozen=True, slots=True)
+class Mistral:
+    """`[TOOL_CALLS] [{…}]` (v1-v3 tokenizers) or `[TOOL_CALLS]name[ARGS]{…}` repeated (v11+)."""
+
+    marker: str = "[TOOL_CALLS]"
+    args_marker: str = "[ARGS]"
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        i = text.find(self.marker)
+        rest = skip_space(text, i + len(self.marker)) if i >= 0 else 0
+        if i < 0 or rest >= len(text) or text[rest] == "[":
+            return Prefixed(self.marker).scan(text, is_final=is_final)
+        calls: list[PartialCall] = []
+        for piece_start in _occurrences(text, self.marker, i):
+            call = self._named_call(text, piece_start, is_final=is_final)
+            if call is None:
+                break
+            calls.append(call)
+        return Scan(content=text[:i], calls=tuple(calls))
+
+    def _named_call(self, text: str, start: int, *, is_final: bool) -> PartialCall | None:
+        a = text.find(self.args_marker, start)
+        nxt = text.find(self.marker, start)
+        if a < 0 or (0 <= nxt < a):
+            return None
+        name = text[start:a].strip()
+        value = skip_space(text, a + len(self.args_marker))
+        end = json_value_end(text, value)
+        stop = (
+            end
+            if end is not None
+            else len(text) - (0 if is_final else held_back(text, [self.marker]))
+        )
+        return PartialCall(name=name, arguments=text[value:stop], is_complete=end is not None)
+
+
+def _occurrences(text: str, marker: str, first: int) -> list[int]:
+    starts, i = [], first
+    while i >= 0:
+        starts.append(i + len(marker))
+        i = text.find(marker, i + len(marker))
+    return starts
+
+
+@dataclass(frozen=True, slots=True)
+class Llama3Json:
+    """The whole output is calls: optional `<|python_tag|>`, `{"name", "parameters"}`, `;`."""
+
+    tag: str = "<|python_tag|>"
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        start = skip_space(text, 0)
+        if text.startswith(self.tag, start):
+            start = skip_space(text, start + len(self.tag))
+        elif not is_final and self.tag.startswith(text[start:]):
+            return Scan(content="")  # could still become the tag
+        if start >= len(text):
+            return Scan(content=text if is_final else "")
+        if text[start] != "{":
+            return Scan(content=text)
+        calls, ok = scan_call_list(text, start, is_final=is_final, separator=";")
+        if calls or (ok and not is_final):
+            return Scan(content="", calls=tuple(calls))
+        return Scan(content=text)

@@ -1,0 +1,162 @@
+"""Formats with special-token sections: deepseek_v3 (fullwidth markers, fenced JSON),
+kimi_k2 (`functions.NAME:IDX` ids) and qwen3_coder (XML-like parameters typed by the
+tool's JSON schema)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from atom.text.scanning import held_back, json_value_end, skip_space
+from atom.text.tools.base import PartialCall, Scan
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """Content, `section` marker, then calls `call` NAME-PART `name_end` ARGS-JSON `call_end`."""
+
+    section: str
+    call: str
+    name_end: str
+    call_end: str
+    name_of: Callable[[str], str]
+    fence: str = ""  # skipped before the arguments (deepseek's ```json)
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        i = text.find(self.section)
+        if i < 0:
+            return Scan(
+                content=text[: len(text) - (0 if is_final else held_back(text, [self.section]))]
+            )
+        calls: list[PartialCall] = []
+        pos = text.find(self.call, i)
+        while pos >= 0:
+            call, pos = self._call(text, pos + len(self.call), is_final=is_final)
+            if call is None:
+                break
+            calls.append(call)
+        if not calls and is_final:
+            return Scan(content=text)
+        return Scan(content=text[:i], calls=tuple(calls))
+
+    def _call(self, text: str, start: int, *, is_final: bool) -> tuple[PartialCall | None, int]:
+        name_end = text.find(self.name_end, start)
+        if name_end < 0:
+            return None, -1
+        value = skip_space(text, name_end + len(self.name_end))
+        if self.fence and text.startswith(self.fence, value):
+            value = skip_space(text, value + len(self.fence))
+        elif self.fence and not is_final and self.fence.startswith(text[value:]):
+            return PartialCall(name=self.name_of(text[start:name_end]), arguments=""), -1
+        close = text.find(self.call_end, value)
+        end = json_value_end(text[: close if close >= 0 else len(text)], value)
+        limit = (
+            close
+            if close >= 0
+            else len(text) - (0 if is_final else held_back(text, [self.call_end, "\n`"]))
+        )
+        args = text[value : end if end is not None else max(value, limit)]
+        call = PartialCall(
+            name=self.name_of(text[start:name_end]), arguments=args, is_complete=end is not None
+        )
+        return call, (text.find(self.call, close) if close >= 0 else -1)
+
+
+def _deepseek_name(part: str) -> str:
+    return part.split("<｜tool▁sep｜>", 1)[-1].strip()
+
+
+def _kimi_name(part: str) -> str:
+    name = part.strip().removeprefix("functions.")
+    return name.rsplit(":", 1)[0] if ":" in name else name
+
+
+def deepseek_v3() -> Section:
+    return Section(
+        section="<｜tool▁calls▁begin｜>",
+        call="<｜tool▁call▁begin｜>",
+        name_end="\n",
+        call_end="<｜tool▁call▁end｜>",
+        name_of=_deepseek_name,
+        fence="```json",
+    )
+
+
+def kimi_k2() -> Section:
+    return Section(
+        section="<|tool_calls_section_begin|>",
+        call="<|tool_call_begin|>",
+        name_end="<|tool_call_argument_begin|>",
+        call_end="<|tool_call_end|>",
+        name_of=_kimi_name,
+    )
+
+
+_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Qwen3Coder:
+    """`<tool_call><function=NAME><parameter=P>VALUE</parameter>…</function></tool_call>`.
+
+    Arguments are built when `</function>` arrives (values converted by the tool's schema),
+    so they stream as one fragment."""
+
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name → parameters schema
+    open: str = "<tool_call>"
+    close: str = "</tool_call>"
+
+    def scan(self, text: str, *, is_final: bool) -> Scan:
+        content: list[str] = []
+        calls: list[PartialCall] = []
+        pos = 0
+        while True:
+            i = text.find(self.open, pos)
+            if i < 0:
+                tail = text[pos:]
+                content.append(
+                    tail[: len(tail) - (0 if is_final else held_back(tail, [self.open]))]
+                )
+                break
+            content.append(text[pos:i])
+            j = text.find(self.close, i)
+            block = text[i + len(self.open) : j if j >= 0 else len(text)]
+            call = self._call(block)
+            if call is not None:
+                calls.append(call)
+            elif j >= 0 or is_final:
+                content.append(text[i : j + len(self.close) if j >= 0 else len(text)])
+            if j < 0:
+                break
+            pos = j + len(self.close)
+        return Scan(content="".join(content), calls=tuple(calls))
+
+    def _call(self, block: str) -> PartialCall | None:
+        m = re.search(r"<function=([^>\n]+)>", block)
+        if m is None:
+            return None
+        name = m.group(1).strip()
+        end = block.find("</function>", m.end())
+        if end < 0:
+            return PartialCall(name=name, arguments="")
+        schema = self.tools.get(name, {}).get("properties", {})
+        args = {
+            k.strip(): _typed(v, schema.get(k.strip(), {}))
+            for k, v in _PARAM.findall(block[m.end() : end])
+        }
+        return PartialCall(
+            name=name, arguments=json.dumps(args, ensure_ascii=False), is_complete=True
+        )
+
+
+def _typed(raw: str, schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    if kind in ("integer", "number", "boolean", "object", "array", "null"):
+        try:
+            return json.loads(raw.strip().lower() if kind == "boolean" else raw.strip())
+        except json.JSONDecodeError:
+            return raw
+    return raw

@@ -1,0 +1,123 @@
+"""Tool-call parsers: each family's real output format, parsed whole and streamed in
+every possible split — the streamed content and argument fragments must concatenate
+to exactly the non-streaming result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from atom.text.parsers import tool_format
+from atom.text.tools.base import (
+    ContentDelta,
+    ParsedTools,
+    ToolArgumentsDelta,
+    ToolCallStart,
+    ToolDelta,
+    ToolStream,
+    parse,
+)
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "metric": {"type": "boolean"}}}}}  # fmt: skip
+
+# (parser, model output, expected content, expected [(name, arguments as JSON value)])
+CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
+    ("hermes", 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+     "Sure.", [("get_weather", {"city": "Paris"})]),
+    ("hermes", '<tool_call>{"name": "a", "arguments": {"x": [1, {"y": "}"}]}}</tool_call>'
+     '<tool_call>{"arguments": {}, "name": "b"}</tool_call> after', " after",
+     [("a", {"x": [1, {"y": "}"}]}), ("b", {})]),
+    ("hermes", "no calls here, <tool but not a call", "no calls here, <tool but not a call", []),
+    ("hermes", "<tool_call>not json</tool_call> tail", "<tool_call>not json</tool_call> tail", []),
+    ("hermes", '<tool_call>{"name": "cut", "arguments": {"city": "Par', "",
+     [("cut", None)]),  # cut off: kept as a call with the text it had
+    ("qwen25", '<tool_call>{"name": "f", "arguments": {}}</tool_call>', "", [("f", {})]),
+    ("llama3_json", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; '
+     '{"name": "g", "parameters": {"n": -1}}', "",
+     [("get_weather", {"city": "Oslo"}), ("g", {"n": -1})]),
+    ("llama3_json", '{"name": "f", "parameters": {"a": 1}}', "", [("f", {"a": 1})]),
+    ("llama3_json", "Plain answer with {braces}.", "Plain answer with {braces}.", []),
+    ("pythonic", '[get_weather(city="Paris", days=3), search(q=\'a, b\', n=-2.5, flag=True)]', "",
+     [("get_weather", {"city": "Paris", "days": 3}),
+      ("search", {"q": "a, b", "n": -2.5, "flag": True})]),
+    ("llama4_pythonic", "<|python_start|>[f(x=None, y=[1, 2])]<|python_end|>", "",
+     [("f", {"x": None, "y": [1, 2]})]),
+    ("pythonic", "The answer is [1, 2].", "The answer is [1, 2].", []),
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Rome"}}]', "",
+     [("get_weather", {"city": "Rome"})]),
+    ("mistral", 'Ok[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}[TOOL_CALLS]f[ARGS]{}', "Ok",
+     [("get_weather", {"city": "Rome"}), ("f", {})]),
+    ("deepseek_v3", "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+     'get_weather\n```json\n{"city": "Lima"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function'
+     '<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "Let me check.",
+     [("get_weather", {"city": "Lima"}), ("f", {})]),
+    ("kimi_k2", "Checking<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+     '<|tool_call_argument_begin|>{"city": "Kyiv"}<|tool_call_end|><|tool_call_begin|>'
+     "functions.f:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+     "Checking", [("get_weather", {"city": "Kyiv"}), ("f", {})]),
+    ("granite", 'x<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Bern"}}]', "x",
+     [("get_weather", {"city": "Bern"})]),
+    ("qwen3_coder", "I'll look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
+     "</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
+     "</function>\n</tool_call>", "I'll look.\n",
+     [("get_weather", {"city": "New York", "days": 3, "metric": True})]),
+]  # fmt: skip
+
+
+def run_stream(name: str, pieces: list[str]) -> ParsedTools:
+    stream = ToolStream(tool_format(name, [WEATHER]), id_seed="seed")
+    deltas: list[ToolDelta] = []
+    for piece in pieces:
+        deltas += stream.feed(piece)
+    deltas += stream.flush()
+    content, calls = "", {}  # type: ignore[var-annotated]
+    for d in deltas:
+        if isinstance(d, ContentDelta):
+            content += d.text
+        elif isinstance(d, ToolCallStart):
+            assert d.index not in calls  # a call starts once, with its name
+            calls[d.index] = [d.id, d.name, ""]
+        elif isinstance(d, ToolArgumentsDelta):
+            calls[d.index][2] += d.text
+    from atom.text.tools.base import ToolCall
+
+    return ParsedTools(
+        content=content,
+        calls=tuple(ToolCall(id=i, name=n, arguments=a) for i, n, a in calls.values()),
+    )
+
+
+@pytest.mark.parametrize(("name", "text", "content", "calls"), CASES)
+def test_whole_text(name: str, text: str, content: str, calls: list[tuple[str, object]]) -> None:
+    parsed = parse(tool_format(name, [WEATHER]), text, id_seed="seed")
+    assert parsed.content == content
+    assert [c.name for c in parsed.calls] == [n for n, _ in calls]
+    for call, (_, args) in zip(parsed.calls, calls, strict=True):
+        if args is not None:
+            assert json.loads(call.arguments) == args
+    assert len({c.id for c in parsed.calls}) == len(parsed.calls)
+
+
+@pytest.mark.parametrize(("name", "text", "content", "calls"), CASES)
+def test_streaming_agrees_at_every_split(name: str, text: str, content: str, calls: object) -> None:
+    whole = parse(tool_format(name, [WEATHER]), text, id_seed="seed")
+    for cut in range(len(text) + 1):
+        assert run_stream(name, [text[:cut], text[cut:]]) == whole, cut
+    assert run_stream(name, list(text)) == whole
+    for cut_a in range(0, len(text), 7):  # three pieces
+        for cut_b in range(cut_a, len(text), 11):
+            assert run_stream(name, [text[:cut_a], text[cut_a:cut_b], text[cut_b:]]) == whole
+
+
+def test_arguments_stream_as_they_arrive() -> None:
+    stream = ToolStream(tool_format("hermes"))
+    stream.feed('<tool_call>{"name": "f", "arguments": {"city": "Par')
+    assert stream.num_calls == 1
+
+
+def test_unknown_parser_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="hermes"):
+        tool_format("nope")
