@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import os
 
-# Idle OpenMP threads must not spin against the event loop's thread (see DESIGN).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import os
-
 # Before torch loads: idle OpenMP workers keep spinning between the many small
 # parallel regions of a decode step. Measured here (bench.run, 2 cores): ACTIVE
-# decodes ~1.8x faster at concurrency 1 than PASSIVE or the default, and stays
-# faster at 16; the event loop thread does little while a step runs.
+# decodes ~1.7x faster at concurrency 1 than PASSIVE, and stays faster at 16.
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
 
 from atom.config import Settings
