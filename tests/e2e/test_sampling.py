@@ -176,3 +176,12 @@ def test_best_of_returns_the_most_likely_of_the_candidates(server: Server) -> No
     candidates = complete(server, "Once upon a time", n=4, logprobs=0, **body)
     sums = [sum(c["logprobs"]["token_logprobs"]) for c in candidates["choices"]]
     assert math.isclose(chosen, max(sums), rel_tol=1e-6)
+
+
+def test_truncation_filters_and_temperature_change_real_output(server: Server) -> None:
+    greedy = content(chat(server, max_tokens=16))
+    hot = {"temperature": 1.8, "max_tokens": 16, "seed": 5}
+    assert content(chat(server, **hot)) != greedy
+    assert content(chat(server, **hot, top_k=1)) == greedy
+    assert content(chat(server, **hot, top_p=1e-6)) == greedy
+    assert content(chat(server, **hot, min_p=1.0)) == greedy

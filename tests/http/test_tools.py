@@ -151,3 +151,24 @@ async def test_replay_swaps_in_a_tool_parser(tokenizer: Any, tmp_path: Path) -> 
     message = json.loads(json.loads(swapped)["body"])["choices"][0]["message"]
     assert message["tool_calls"][0]["function"]["name"] == "get_weather"
     assert message["content"] == "Let me check."
+
+
+async def test_parallel_tool_calls_false_keeps_one_call(tokenizer: Any) -> None:
+    two = (
+        CALL_REPLY + '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    )
+    app = create_app(Settings(tool_call_parser="hermes"), load=fake_loader(tokenizer, reply=two))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        await wait_ready(app)
+        body = {"messages": ASK, "tools": TOOLS}
+        both = (await http.post("/v1/chat/completions", json=body)).json()
+        one = (
+            await http.post("/v1/chat/completions", json={**body, "parallel_tool_calls": False})
+        ).json()
+        none = (
+            await http.post("/v1/chat/completions", json={**body, "tool_choice": "none"})
+        ).json()
+    assert len(both["choices"][0]["message"]["tool_calls"]) == 2
+    assert len(one["choices"][0]["message"]["tool_calls"]) == 1
+    assert "tool_calls" not in none["choices"][0]["message"]  # tool_choice none: plain text
+    assert none["choices"][0]["message"]["content"] == two

@@ -20,6 +20,17 @@ class ReasoningFormat(Protocol):
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan: ...
 
 
+def split_at(text: str, start: int, end_marker: str, *, is_final: bool) -> ReasoningScan:
+    """Reasoning from `start` to `end_marker`, content after it; while the marker has not
+    come, everything is reasoning except a possible marker prefix at the end."""
+    end = text.find(end_marker, start)
+    if end < 0:
+        body = text[start:]
+        keep = 0 if is_final else held_back(body, [end_marker])
+        return ReasoningScan(reasoning=body[: len(body) - keep], content="")
+    return ReasoningScan(reasoning=text[start:end], content=text[end + len(end_marker) :])
+
+
 @dataclass(frozen=True, slots=True)
 class ThinkTags:
     """`<think>…</think>` then content (deepseek_r1, qwen3).
@@ -44,12 +55,7 @@ class ThinkTags:
             return ReasoningScan(reasoning="", content="")  # may still become the tag
         elif not self.open_optional:
             return ReasoningScan(reasoning="", content=text)
-        end = text.find(self.close, start)
-        if end < 0:
-            body = text[start:]
-            keep = 0 if is_final else held_back(body, [self.close])
-            return ReasoningScan(reasoning=body[: len(body) - keep], content="")
-        return ReasoningScan(reasoning=text[start:end], content=text[end + len(self.close) :])
+        return split_at(text, start, self.close, is_final=is_final)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +70,7 @@ class Granite:
             if self.thought.startswith(text) and not is_final:
                 return ReasoningScan(reasoning="", content="")
             return ReasoningScan(reasoning="", content=text)
-        start = len(self.thought)
-        end = text.find(self.response, start)
-        if end < 0:
-            body = text[start:]
-            keep = 0 if is_final else held_back(body, [self.response])
-            return ReasoningScan(reasoning=body[: len(body) - keep], content="")
-        return ReasoningScan(reasoning=text[start:end], content=text[end + len(self.response) :])
+        return split_at(text, len(self.thought), self.response, is_final=is_final)
 
 
 @dataclass(slots=True)

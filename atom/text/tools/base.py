@@ -13,8 +13,11 @@ whose arguments need converting, arrive whole when the call closes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from atom.text.scanning import held_back
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +69,41 @@ class ToolArgumentsDelta:
 
 
 ToolDelta = ContentDelta | ToolCallStart | ToolArgumentsDelta
+
+
+def scan_blocks(
+    text: str,
+    *,
+    open_marker: str,
+    close_marker: str,
+    is_final: bool,
+    read: Callable[[int, int], PartialCall | None],
+) -> Scan:
+    """Content with `open … close` call blocks anywhere in it (hermes, qwen3_coder).
+
+    `read(start, limit)` reads the call in text[start:limit] (None until its name is
+    complete). A possible marker prefix at the end waits; a closed block, or one cut
+    off by the end of the output, without a call stays in the content."""
+    content: list[str] = []
+    calls: list[PartialCall] = []
+    pos = 0
+    while True:
+        i = text.find(open_marker, pos)
+        if i < 0:
+            tail = text[pos:]
+            content.append(tail[: len(tail) - (0 if is_final else held_back(tail, [open_marker]))])
+            return Scan(content="".join(content), calls=tuple(calls))
+        content.append(text[pos:i])
+        j = text.find(close_marker, i)
+        limit = j if j >= 0 else len(text) - (0 if is_final else held_back(text, [close_marker]))
+        call = read(i + len(open_marker), limit)
+        if call is not None:
+            calls.append(call)
+        elif j >= 0 or is_final:
+            content.append(text[i : j + len(close_marker) if j >= 0 else len(text)])
+        if j < 0:
+            return Scan(content="".join(content), calls=tuple(calls))
+        pos = j + len(close_marker)
 
 
 def call_id(id_seed: str, index: int) -> str:

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 
 from atom.text.scanning import held_back, json_string_end, json_value_end, skip_space
-from atom.text.tools.base import PartialCall, Scan
+from atom.text.tools.base import PartialCall, Scan, scan_blocks
 
 ARG_KEYS = ("arguments", "parameters")
 
@@ -70,29 +70,12 @@ class Hermes:
     close: str = "</tool_call>"
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        content: list[str] = []
-        calls: list[PartialCall] = []
-        pos = 0
-        while True:
-            i = text.find(self.open, pos)
-            if i < 0:
-                tail = text[pos:]
-                content.append(
-                    tail[: len(tail) - (0 if is_final else held_back(tail, [self.open]))]
-                )
-                break
-            content.append(text[pos:i])
-            j = text.find(self.close, i)
-            limit = j if j >= 0 else len(text) - (0 if is_final else held_back(text, [self.close]))
-            call, _ = read_call(text, skip_space(text, i + len(self.open)), limit=limit)
-            if call is not None:
-                calls.append(call)
-            elif j >= 0 or is_final:  # no call in it: the block is kept as content
-                content.append(text[i : j + len(self.close) if j >= 0 else len(text)])
-            if j < 0:
-                break
-            pos = j + len(self.close)
-        return Scan(content="".join(content), calls=tuple(calls))
+        def read(start: int, limit: int) -> PartialCall | None:
+            return read_call(text, skip_space(text, start), limit=limit)[0]
+
+        return scan_blocks(
+            text, open_marker=self.open, close_marker=self.close, is_final=is_final, read=read
+        )
 
 
 def scan_call_list(

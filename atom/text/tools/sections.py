@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atom.text.scanning import held_back, json_value_end, skip_space
-from atom.text.tools.base import PartialCall, Scan
+from atom.text.tools.base import PartialCall, Scan, scan_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,29 +110,13 @@ class Qwen3Coder:
     close: str = "</tool_call>"
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        content: list[str] = []
-        calls: list[PartialCall] = []
-        pos = 0
-        while True:
-            i = text.find(self.open, pos)
-            if i < 0:
-                tail = text[pos:]
-                content.append(
-                    tail[: len(tail) - (0 if is_final else held_back(tail, [self.open]))]
-                )
-                break
-            content.append(text[pos:i])
-            j = text.find(self.close, i)
-            block = text[i + len(self.open) : j if j >= 0 else len(text)]
-            call = self._call(block)
-            if call is not None:
-                calls.append(call)
-            elif j >= 0 or is_final:
-                content.append(text[i : j + len(self.close) if j >= 0 else len(text)])
-            if j < 0:
-                break
-            pos = j + len(self.close)
-        return Scan(content="".join(content), calls=tuple(calls))
+        return scan_blocks(
+            text,
+            open_marker=self.open,
+            close_marker=self.close,
+            is_final=is_final,
+            read=lambda start, limit: self._call(text[start:limit]),
+        )
 
     def _call(self, block: str) -> PartialCall | None:
         m = re.search(r"<function=([^>\n]+)>", block)
