@@ -67,6 +67,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
+    grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
 
     @property
     def is_greedy(self) -> bool:

@@ -57,6 +57,7 @@ class GenerationRequest:
     report_prompt_logprobs: bool = False
     tool_format: ToolFormat | None = None
     reasoning_format: ReasoningFormat | None = None
+    is_named_tool_choice: bool = False  # finish "stop" with the forced call, as OpenAI does
 
 
 class RequestActor:
@@ -140,6 +141,7 @@ class RequestActor:
             report_prompt_logprobs=request.report_prompt_logprobs,
             tool_format=request.tool_format,
             reasoning_format=request.reasoning_format,
+            is_named_tool_choice=request.is_named_tool_choice,
         )
         text = ChoiceText(self._core.tokenizer, request.submit.params)
         return ChoiceStream(ChoicePipeline(setup, text), idx)

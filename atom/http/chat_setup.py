@@ -10,10 +10,12 @@ from typing import Any
 
 from atom.config import Settings
 from atom.errors import InvalidRequest
-from atom.http.schemas import ChatCompletionRequest
+from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
+from atom.text import grammar as g
 from atom.text.parsers import reasoning_format, tool_format
 from atom.text.reasoning.base import ReasoningFormat
 from atom.text.tools.base import ToolFormat, limited
+from atom.text.tools.forced import CallList, NamedCall
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +24,8 @@ class ChatSetup:
     template_kwargs: dict[str, Any]
     tool_format: ToolFormat | None
     reasoning_format: ReasoningFormat | None
+    grammar: str | None = None  # enforces tool_choice "required" or a named function
+    is_named_tool_choice: bool = False
 
 
 def check_parser_names(settings: Settings) -> None:
@@ -43,23 +47,19 @@ def default_template_kwargs(settings: Settings) -> dict[str, Any]:
 
 def chat_setup(settings: Settings, body: ChatCompletionRequest) -> ChatSetup:
     choice = body.tool_choice
-    if choice == "required" or (choice is not None and not isinstance(choice, str)):
-        raise InvalidRequest(
-            "tool_choice 'required' and named functions need structured output, "
-            "which this server does not support yet; use 'auto' or 'none'",
-            param="tool_choice",
-        )
-    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
     kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
+    reasoning = (
+        reasoning_format(settings.reasoning_parser, kwargs) if settings.reasoning_parser else None
+    )
+    if choice is not None and choice not in ("none", "auto"):
+        return _forced(body, tools, kwargs, reasoning)
     is_none = choice == "none"
     fmt = None
     if settings.tool_call_parser and tools and not is_none:
         fmt = tool_format(settings.tool_call_parser, tools)
         if not body.parallel_tool_calls:
             fmt = limited(fmt, 1)
-    reasoning = (
-        reasoning_format(settings.reasoning_parser, kwargs) if settings.reasoning_parser else None
-    )
     return ChatSetup(
         template_tools=None
         if (is_none and settings.exclude_tools_when_tool_choice_none) or not tools
@@ -67,4 +67,44 @@ def chat_setup(settings: Settings, body: ChatCompletionRequest) -> ChatSetup:
         template_kwargs=kwargs,
         tool_format=fmt,
         reasoning_format=reasoning,
+    )
+
+
+def _forced(
+    body: ChatCompletionRequest,
+    tools: list[dict[str, Any]],
+    kwargs: dict[str, Any],
+    reasoning: ReasoningFormat | None,
+) -> ChatSetup:
+    """tool_choice "required" or a named function, enforced by a grammar over the output."""
+    if not tools:
+        raise InvalidRequest("tool_choice needs tools", param="tool_choice")
+    if body.response_format is not None or body.structured_outputs is not None:
+        raise InvalidRequest(
+            "tool_choice required/named cannot be combined with another structured-output "
+            "constraint",
+            param="tool_choice",
+        )
+    choice = body.tool_choice
+    fmt: ToolFormat
+    if choice == "required":
+        max_calls = None if body.parallel_tool_calls else 1
+        constraint, fmt = g.tool_call_list(tools, max_calls=max_calls), CallList()
+    else:
+        assert isinstance(choice, NamedToolChoice)
+        named = [t for t in tools if t["function"]["name"] == choice.function.name]
+        if not named:
+            raise InvalidRequest(
+                f"tool_choice names {choice.function.name!r}, which is not in tools",
+                param="tool_choice",
+            )
+        constraint = g.tool_arguments(named[0]["function"].get("parameters"))
+        fmt = NamedCall(choice.function.name)
+    return ChatSetup(
+        template_tools=tools,
+        template_kwargs=kwargs,
+        tool_format=fmt,
+        reasoning_format=reasoning,
+        grammar=constraint,
+        is_named_tool_choice=choice != "required",
     )

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from atom.errors import AtomError, InvalidRequest
-from atom.http.schemas import IGNORED_FIELDS, NEUTRAL_VALUES
+from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
 from atom.wire import dumps
 
 
@@ -24,6 +24,14 @@ def check_extras(body: BaseModel, *, prefix: str = "") -> None:
     for name, value in (body.model_extra or {}).items():
         if name in IGNORED_FIELDS:
             continue
+        if name in LEGACY_GUIDED:
+            replacement = LEGACY_GUIDED[name]
+            hint = (
+                f'send structured_outputs: {{"{replacement}": ...}}'
+                if replacement
+                else ("send structured_outputs instead")
+            )
+            raise InvalidRequest(f"{prefix}{name} is not supported any more: {hint}", param=name)
         neutral = NEUTRAL_VALUES.get(name)
         if neutral is None:
             raise InvalidRequest(f"unsupported parameter: {prefix}{name}", param=prefix + name)

@@ -21,6 +21,7 @@ from atom.http.errors import error_bytes, parse
 from atom.http.prompts import render_prompts
 from atom.http.sampling import sampling_params
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, _SamplingBody
+from atom.http.structured import constraint_of
 
 ROUTES = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -83,7 +84,8 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
             param="n",
         )
     longest = max(len(p.ids) for p in prompts)
-    params = sampling_params(core.tokenizer, core.max_model_len, body, longest)
+    constraint = chat.grammar if chat and chat.grammar else constraint_of(body)
+    params = sampling_params(core.tokenizer, core.max_model_len, body, longest, grammar=constraint)
     request_id = f"{'chatcmpl' if endpoint is Endpoint.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
     received = RequestReceived(
         request_id=request_id,
@@ -108,6 +110,7 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
         report_prompt_logprobs=body.prompt_logprobs is not None,
         tool_format=chat.tool_format if chat else None,
         reasoning_format=chat.reasoning_format if chat else None,
+        is_named_tool_choice=bool(chat and chat.is_named_tool_choice),
     )
 
 

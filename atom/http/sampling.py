@@ -13,7 +13,12 @@ from atom.http.schemas import ChatCompletionRequest, _SamplingBody
 
 
 def sampling_params(
-    tokenizer: Any, max_model_len: int, body: _SamplingBody, num_prompt: int
+    tokenizer: Any,
+    max_model_len: int,
+    body: _SamplingBody,
+    num_prompt: int,
+    *,
+    grammar: str | None = None,
 ) -> SamplingParams:
     """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
     max_tokens = _max_tokens(body, num_prompt, max_model_len)
@@ -54,6 +59,7 @@ def sampling_params(
         include_stop_str_in_output=body.include_stop_str_in_output,
         skip_special_tokens=body.skip_special_tokens,
         spaces_between_special_tokens=body.spaces_between_special_tokens,
+        grammar=grammar,
     )
 
 

@@ -13,7 +13,16 @@ IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
 # Fields accepted only at their neutral value until their feature lands (issue #4 and on).
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "suffix": ("",),
-    "response_format": ({"type": "text"},),
+}
+
+# vLLM's old guided-decoding fields: refused loudly, never silently ignored.
+LEGACY_GUIDED = {
+    "guided_json": "json",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+    "guided_decoding_backend": None,
+    "guided_whitespace_pattern": None,
 }
 
 
@@ -101,6 +110,28 @@ class NamedToolChoice(_Body):
     function: NamedFunction
 
 
+class JsonSchemaSpec(_Body):
+    name: str | None = None
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
+class StructuredOutputs(_Body):
+    """vLLM's structured_outputs: exactly one of the fields."""
+
+    json_spec: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
 class _SamplingBody(_Body):
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -128,6 +159,8 @@ class _SamplingBody(_Body):
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = Field(default=None, ge=1)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -148,6 +148,7 @@ def load_runtime(settings: Settings) -> Runtime:
         max_model_len=loaded.max_model_len,
         num_blocks=num_blocks,
         block_size=settings.block_size,
+        tokenizer=loaded.tokenizer,
     )
     log.info(
         "model_loaded",

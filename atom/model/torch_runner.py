@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from atom.model.attention import ATTN_IMPLEMENTATION, DecodeGroup, PrefillSlice, StepMeta
+from atom.model.grammar import GrammarMatchers
 from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan, slot_of
 from atom.model.sampler import Sampled, prompt_logprobs, sample
@@ -32,6 +33,7 @@ class TorchRunner:
         max_model_len: int,
         num_blocks: int,
         block_size: int,
+        tokenizer: Any = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
@@ -49,6 +51,7 @@ class TorchRunner:
         shape = (int(text.num_hidden_layers), 2, num_blocks * block_size, kv_heads, head_dim)
         self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self._generators: dict[str, torch.Generator] = {}
+        self._grammars = GrammarMatchers(tokenizer)
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():
@@ -61,8 +64,11 @@ class TorchRunner:
                 return {}
             last = torch.tensor([rows[-1] for rows in keep.values()], device=logits.device)
             processed = process(logits[last], [self._row(c) for c in picked])
+            self._grammars.constrain(picked, processed)
             generators = [self._generator(c) for c in picked]
             tokens = sample(processed, [c.params for c in picked], generators)
+            for chunk, token in zip(picked, tokens, strict=True):
+                self._grammars.accept(chunk, token.token_id)
             tokens = [
                 self._with_prompt_logprobs(c, t, logits, keep)
                 for c, t in zip(picked, tokens, strict=True)
@@ -180,6 +186,7 @@ class TorchRunner:
 
     def release(self, seq_id: str) -> None:
         self._generators.pop(seq_id, None)
+        self._grammars.release(seq_id)
 
     def num_sequences(self) -> int:
         return len(self._generators)

@@ -37,6 +37,7 @@ class ChoiceSetup:
     report_prompt_logprobs: bool = False
     tool_format: ToolFormat | None = None
     reasoning_format: ReasoningFormat | None = None
+    is_named_tool_choice: bool = False
 
 
 class ChoicePipeline:
@@ -106,7 +107,8 @@ class ChoicePipeline:
         return self._event(ToolArgumentsDelta, index=delta.index, text=delta.text)
 
     def _finished(self, reason: FinishReason) -> ChoiceFinished:
-        if reason is FinishReason.STOP and self._tools is not None and self._tools.num_calls:
+        has_calls = self._tools is not None and self._tools.num_calls > 0
+        if reason is FinishReason.STOP and has_calls and not self._setup.is_named_tool_choice:
             reason = FinishReason.TOOL_CALLS
         return ChoiceFinished(
             request_id=self._setup.request_id,

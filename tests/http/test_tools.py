@@ -104,7 +104,9 @@ async def test_reasoning_is_separated_under_both_names(tokenizer: Any) -> None:
     assert "".join(d.get("content", "") for d in deltas) == "Paris."
 
 
-async def test_history_with_tool_messages_renders_and_required_is_refused(tokenizer: Any) -> None:
+async def test_history_with_tool_messages_renders_and_unknown_named_tool_is_refused(
+    tokenizer: Any,
+) -> None:
     app = create_app(Settings(tool_call_parser="hermes"), load=fake_loader(tokenizer))
     history = [
         *ASK,
@@ -124,12 +126,12 @@ async def test_history_with_tool_messages_renders_and_required_is_refused(tokeni
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
         await wait_ready(app)
         ok = await http.post("/v1/chat/completions", json={"messages": history, "tools": TOOLS})
-        required = await http.post(
-            "/v1/chat/completions",
-            json={"messages": ASK, "tools": TOOLS, "tool_choice": "required"},
+        named = {"type": "function", "function": {"name": "nope"}}
+        unknown = await http.post(
+            "/v1/chat/completions", json={"messages": ASK, "tools": TOOLS, "tool_choice": named}
         )
     assert ok.status_code == 200
-    assert required.status_code == 400 and required.json()["error"]["param"] == "tool_choice"
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "tool_choice"
 
 
 async def test_replay_swaps_in_a_tool_parser(tokenizer: Any, tmp_path: Path) -> None:

@@ -1,0 +1,64 @@
+"""The request's structured-output constraint as one llguidance grammar: `response_format`
+(json_object, json_schema) or vLLM's `structured_outputs` (json, regex, choice, grammar,
+json_object). An invalid schema, regex or grammar is a 400 naming the problem."""
+
+from __future__ import annotations
+
+from atom.errors import InvalidRequest
+from atom.http.schemas import _SamplingBody
+from atom.text import grammar as g
+
+
+def constraint_of(body: _SamplingBody) -> str | None:
+    found: list[tuple[str, str]] = []
+    rf = body.response_format
+    try:
+        if rf is not None and rf.type == "json_object":
+            found.append(("response_format", g.json_object()))
+        elif rf is not None and rf.type == "json_schema":
+            if rf.json_schema is None or rf.json_schema.json_schema is None:
+                raise InvalidRequest(
+                    "response_format json_schema needs json_schema.schema", param="response_format"
+                )
+            found.append(("response_format", g.json_schema(rf.json_schema.json_schema)))
+        if body.structured_outputs is not None:
+            found.append(("structured_outputs", _structured(body)))
+    except g.GrammarError as exc:
+        param = "structured_outputs" if body.structured_outputs is not None else "response_format"
+        raise InvalidRequest(str(exc), param=param) from None
+    if len(found) > 1:
+        raise InvalidRequest(
+            "give one of response_format and structured_outputs", param="structured_outputs"
+        )
+    return found[0][1] if found else None
+
+
+def _structured(body: _SamplingBody) -> str:
+    so = body.structured_outputs
+    assert so is not None
+    given = [
+        (name, value)
+        for name, value in (
+            ("json", so.json_spec),
+            ("regex", so.regex),
+            ("choice", so.choice),
+            ("grammar", so.grammar),
+            ("json_object", so.json_object or None),
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise InvalidRequest(
+            "structured_outputs takes exactly one of json, regex, choice, grammar, json_object",
+            param="structured_outputs",
+        )
+    name, value = given[0]
+    if name == "json":
+        return g.json_schema(value)  # type: ignore[arg-type]
+    if name == "regex":
+        return g.regex(value)  # type: ignore[arg-type]
+    if name == "choice":
+        return g.choice(value)  # type: ignore[arg-type]
+    if name == "grammar":
+        return g.grammar(value)  # type: ignore[arg-type]
+    return g.json_object()

@@ -1,0 +1,65 @@
+"""Structured output in the runner: one llguidance matcher per constrained sequence, its
+token bitmask applied to that row's logits before sampling, advanced with each token.
+
+Matchers are created inside the step (a worker thread), so compiling a grammar never
+blocks the event loop; llguidance caches compiled grammars itself."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import llguidance.torch as llg_torch
+import structlog
+import torch
+
+from atom.model.runner import SeqChunk
+
+log = structlog.get_logger(__name__)
+
+
+class GrammarMatchers:
+    """Owned by the TorchRunner; called from its one worker thread only."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._llt: Any = None  # built on first use: ~0.5 s for this tokenizer
+        self._matchers: dict[str, Any] = {}
+
+    def constrain(self, chunks: Sequence[SeqChunk], logits: torch.Tensor) -> None:
+        """Mask, in place, the rows (one per chunk) of sequences with a grammar."""
+        rows = [i for i, c in enumerate(chunks) if c.params.grammar is not None]
+        if not rows:
+            return
+        matchers = [self._matcher(chunks[i]) for i in rows]
+        vocab = self._tokenizer_info().vocab_size
+        bitmask = llg_torch.allocate_token_bitmask(len(rows), vocab)
+        for slot, matcher in enumerate(matchers):
+            llg_torch.fill_next_token_bitmask(matcher, bitmask, slot)
+        index = torch.tensor(rows, device=logits.device)
+        subset = logits[index, :vocab].float().contiguous()
+        llg_torch.apply_token_bitmask_inplace(subset, bitmask.to(subset.device))
+        logits[index, :vocab] = subset.to(logits.dtype)
+        logits[index, vocab:] = float("-inf")  # padding rows of a larger model vocabulary
+
+    def accept(self, chunk: SeqChunk, token_id: int) -> None:
+        matcher = self._matchers.get(chunk.seq_id)
+        if matcher is not None and not matcher.consume_token(token_id):
+            log.warning("grammar_rejected_token", seq_id=chunk.seq_id, error=matcher.get_error())
+
+    def release(self, seq_id: str) -> None:
+        self._matchers.pop(seq_id, None)
+
+    def _matcher(self, chunk: SeqChunk) -> Any:
+        matcher = self._matchers.get(chunk.seq_id)
+        if matcher is None:
+            matcher = llguidance.LLMatcher(self._tokenizer_info(), chunk.params.grammar or "")
+            self._matchers[chunk.seq_id] = matcher
+        return matcher
+
+    def _tokenizer_info(self) -> Any:
+        if self._llt is None:
+            self._llt = llguidance.hf.from_tokenizer(self._tokenizer)
+        return self._llt
