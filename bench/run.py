@@ -110,6 +110,8 @@ async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
         out["shared_prefix"] = await shared_prefix(
             target, prefix_words=args.shared_prefix_words, num_later=4
         )
+    if args.structured:  # c=8 with and without a JSON-schema constraint (issue #6)
+        out["structured_c8"] = await structured(target, args)
     if args.churn:  # short outputs at c=16: new prompts arrive all the time
         out["churn_c16"] = await run_level(
             target,
@@ -120,6 +122,36 @@ async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
             salt=99,
         )
     return out
+
+
+# At least 40 strings: the constraint stays active for the whole 128-token output.
+LIST_SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 40}, "minItems": 40}
+
+
+async def structured(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    constraint = {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "list", "schema": LIST_SCHEMA},
+        }
+    }
+    constrained = Target(
+        name=target.name, url=target.url, model=target.model, extra={**target.extra, **constraint}
+    )
+    runs = {}
+    for t in (target, constrained):  # warm-up: the first grammar builds llguidance's token table
+        await run_level(t, concurrency=1, num_requests=1, prompt_words=8, max_tokens=4, salt=76)
+    for name, t in (("plain", target), ("json_schema", constrained)):
+        runs[name] = await run_level(
+            t,
+            concurrency=8,
+            num_requests=32,
+            prompt_words=args.prompt_words,
+            max_tokens=args.output_tokens,
+            salt=77,
+        )
+    ratio = runs["json_schema"]["output_tok_s"] / runs["plain"]["output_tok_s"]
+    return {**runs, "ratio": round(ratio, 3)}
 
 
 def transformers_floor(prompt_words: int, output_tokens: int) -> dict[str, Any]:
@@ -154,6 +186,7 @@ def main() -> None:
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--shared-prefix-words", type=int, default=1000)
     p.add_argument("--churn", action="store_true", help="ITL under constant arrivals at c=16")
+    p.add_argument("--structured", action="store_true", help="c=8 with/without a JSON schema")
     p.add_argument("--peer", choices=["llamacpp"], action="append", default=[])
     p.add_argument("--peer-python", default=".venv-bench/bin/python")
     p.add_argument("--floor", action="store_true", help="also time transformers' generate")

@@ -39,10 +39,9 @@ class GrammarMatchers:
         for slot, matcher in enumerate(matchers):
             llg_torch.fill_next_token_bitmask(matcher, bitmask, slot)
         index = torch.tensor(rows, device=logits.device)
-        subset = logits[index, :vocab].float().contiguous()
-        llg_torch.apply_token_bitmask_inplace(subset, bitmask.to(subset.device))
-        logits[index, :vocab] = subset.to(logits.dtype)
-        logits[index, vocab:] = float("-inf")  # padding rows of a larger model vocabulary
+        subset = logits[index]
+        apply_bitmask(subset, bitmask, vocab)
+        logits[index] = subset
 
     def accept(self, chunk: SeqChunk, token_id: int) -> None:
         matcher = self._matchers.get(chunk.seq_id)
@@ -63,3 +62,14 @@ class GrammarMatchers:
         if self._llt is None:
             self._llt = llguidance.hf.from_tokenizer(self._tokenizer)
         return self._llt
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, vocab: int) -> None:
+    """Set to -inf, in place, every logit whose bit is clear (32 token ids per int32 word),
+    and every column past the tokenizer's vocabulary. A plain torch kernel: llguidance's own
+    uses torch.compile, which costs seconds on the first call and a compiler at run time."""
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    bits = (bitmask.to(logits.device)[:, :, None] >> shifts) & 1
+    allowed = bits.reshape(bitmask.shape[0], -1)[:, :vocab].bool()
+    logits[:, :vocab].masked_fill_(~allowed, float("-inf"))
+    logits[:, vocab:] = float("-inf")
