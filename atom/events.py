@@ -68,6 +68,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
+    grammar_after: tuple[int, ...] = ()  # the grammar starts after these tokens (reasoning end)
 
     @property
     def is_greedy(self) -> bool:
@@ -81,6 +82,7 @@ class SamplingParams:
             or self.presence_penalty
             or self.repetition_penalty != 1.0
             or self.bad_words
+            or (self.grammar is not None and bool(self.grammar_after))
         )
 
 

@@ -16,7 +16,7 @@ from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
 from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
 from atom.events import Endpoint, RequestReceived, Submit
-from atom.http.chat_setup import chat_setup
+from atom.http.chat_setup import ChatSetup, chat_setup
 from atom.http.errors import error_bytes, parse
 from atom.http.prompts import render_prompts
 from atom.http.sampling import sampling_params
@@ -85,7 +85,10 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
         )
     longest = max(len(p.ids) for p in prompts)
     constraint = chat.grammar if chat and chat.grammar else constraint_of(body)
-    params = sampling_params(core.tokenizer, core.max_model_len, body, longest, grammar=constraint)
+    after = _reasoning_end_ids(core.tokenizer, chat) if constraint else ()
+    params = sampling_params(
+        core.tokenizer, core.max_model_len, body, longest, grammar=constraint, grammar_after=after
+    )
     request_id = f"{'chatcmpl' if endpoint is Endpoint.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
     received = RequestReceived(
         request_id=request_id,
@@ -112,6 +115,12 @@ def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationR
         reasoning_format=chat.reasoning_format if chat else None,
         is_named_tool_choice=bool(chat and chat.is_named_tool_choice),
     )
+
+
+def _reasoning_end_ids(tokenizer: Any, chat: ChatSetup | None) -> tuple[int, ...]:
+    """With a reasoning parser, the constraint starts once the reasoning section ends."""
+    marker = chat.reasoning_format.end_marker if chat and chat.reasoning_format else ""
+    return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()
 
 
 def _num_choices(engine: Engine, body: _SamplingBody) -> int:

@@ -19,6 +19,7 @@ def sampling_params(
     num_prompt: int,
     *,
     grammar: str | None = None,
+    grammar_after: tuple[int, ...] = (),
 ) -> SamplingParams:
     """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
     max_tokens = _max_tokens(body, num_prompt, max_model_len)
@@ -60,6 +61,7 @@ def sampling_params(
         skip_special_tokens=body.skip_special_tokens,
         spaces_between_special_tokens=body.spaces_between_special_tokens,
         grammar=grammar,
+        grammar_after=grammar_after,
     )
 
 

@@ -6,6 +6,7 @@ blocks the event loop; llguidance caches compiled grammars itself."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,14 +24,17 @@ log = structlog.get_logger(__name__)
 class GrammarMatchers:
     """Owned by the TorchRunner; called from its one worker thread only."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, *, max_compiled: int = 64) -> None:
         self._tokenizer = tokenizer
         self._llt: Any = None  # built on first use: ~0.5 s for this tokenizer
+        self._compiled: OrderedDict[str, Any] = OrderedDict()  # grammar → fresh matcher, LRU
+        self._max_compiled = max_compiled
         self._matchers: dict[str, Any] = {}
 
     def constrain(self, chunks: Sequence[SeqChunk], logits: torch.Tensor) -> None:
-        """Mask, in place, the rows (one per chunk) of sequences with a grammar."""
-        rows = [i for i, c in enumerate(chunks) if c.params.grammar is not None]
+        """Mask, in place, the rows (one per chunk) of sequences with a grammar that is in
+        force: from the first output token, or after the reasoning section ends."""
+        rows = [i for i, c in enumerate(chunks) if self._is_active(c)]
         if not rows:
             return
         matchers = [self._matcher(chunks[i]) for i in rows]
@@ -43,6 +47,17 @@ class GrammarMatchers:
         apply_bitmask(subset, bitmask, vocab)
         logits[index] = subset
 
+    def _is_active(self, chunk: SeqChunk) -> bool:
+        if chunk.params.grammar is None:
+            return False
+        if chunk.seq_id in self._matchers or not chunk.params.grammar_after:
+            return True
+        marker = chunk.params.grammar_after
+        return any(
+            tuple(chunk.output_ids[end - len(marker) : end]) == marker
+            for end in range(len(marker), len(chunk.output_ids) + 1)
+        )
+
     def accept(self, chunk: SeqChunk, token_id: int) -> None:
         matcher = self._matchers.get(chunk.seq_id)
         if matcher is not None and not matcher.consume_token(token_id):
@@ -54,9 +69,21 @@ class GrammarMatchers:
     def _matcher(self, chunk: SeqChunk) -> Any:
         matcher = self._matchers.get(chunk.seq_id)
         if matcher is None:
-            matcher = llguidance.LLMatcher(self._tokenizer_info(), chunk.params.grammar or "")
-            self._matchers[chunk.seq_id] = matcher
+            matcher = self._matchers[chunk.seq_id] = self._compile(
+                chunk.params.grammar or ""
+            ).deep_copy()
         return matcher
+
+    def _compile(self, grammar: str) -> Any:
+        """One compiled matcher per distinct grammar (LRU); sequences get copies of it."""
+        compiled = self._compiled.get(grammar)
+        if compiled is None:
+            compiled = llguidance.LLMatcher(self._tokenizer_info(), grammar)
+            self._compiled[grammar] = compiled
+            if len(self._compiled) > self._max_compiled:
+                self._compiled.popitem(last=False)
+        self._compiled.move_to_end(grammar)
+        return compiled
 
     def _tokenizer_info(self) -> Any:
         if self._llt is None:

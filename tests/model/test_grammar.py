@@ -14,3 +14,34 @@ def test_bitmask_keeps_exactly_the_set_bits_and_nothing_past_the_vocabulary() ->
     apply_bitmask(logits, bitmask, vocab=40)
     assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [0, 5, 33]
     assert not torch.isfinite(logits[1]).any()
+
+
+def test_constraint_starts_after_the_reasoning_section(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from atom.events import SamplingParams
+    from atom.model.grammar import GrammarMatchers
+    from atom.model.runner import SeqChunk
+    from atom.text import grammar as g
+
+    end = tuple(tokenizer.encode("</think>", add_special_tokens=False))
+    params = SamplingParams(grammar=g.choice(["yes", "no"]), grammar_after=end)
+    matchers = GrammarMatchers(tokenizer)
+
+    def chunk(seq_id: str, output: tuple[int, ...]) -> SeqChunk:
+        return SeqChunk(
+            seq_id=seq_id,
+            token_ids=(output[-1],),
+            start_pos=10,
+            params=params,
+            seed=0,
+            output_ids=output,
+        )
+
+    thinking = torch.zeros(1, 49152)
+    matchers.constrain([chunk("a", (5, 6))], thinking)
+    assert torch.isfinite(thinking).all()  # still reasoning: unconstrained
+    done = torch.zeros(2, 49152)
+    matchers.constrain([chunk("a", (5, *end)), chunk("b", (7, *end))], done)
+    allowed = {tokenizer.decode([int(i)]) for i in torch.isfinite(done[0]).nonzero().flatten()}
+    assert allowed and all("yes".startswith(t) or "no".startswith(t) for t in allowed)
+    assert torch.equal(torch.isfinite(done[0]), torch.isfinite(done[1]))
+    assert len(matchers._compiled) == 1  # one compiled grammar, copied per sequence

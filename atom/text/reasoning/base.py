@@ -19,6 +19,11 @@ class ReasoningScan:
 class ReasoningFormat(Protocol):
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan: ...
 
+    @property
+    def end_marker(self) -> str:
+        """The text that ends the reasoning section ("" when there is none)."""
+        ...
+
 
 def split_at(text: str, start: int, end_marker: str, *, is_final: bool) -> ReasoningScan:
     """Reasoning from `start` to `end_marker`, content after it; while the marker has not
@@ -45,6 +50,10 @@ class ThinkTags:
     open: str = "<think>"
     close: str = "</think>"
 
+    @property
+    def end_marker(self) -> str:
+        return self.close if self.enabled else ""
+
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
         if not self.enabled:
             return ReasoningScan(reasoning="", content=text)
@@ -64,6 +73,10 @@ class Granite:
 
     thought: str = "Here is my thought process:"
     response: str = "Here is my response:"
+
+    @property
+    def end_marker(self) -> str:
+        return self.response
 
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
         if not text.startswith(self.thought):
