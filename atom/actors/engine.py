@@ -40,6 +40,7 @@ class EngineCore:
     tokenizer: Any
     clock: Clock
     max_model_len: int
+    precompile: Callable[[str], object] | None = None
 
 
 def terminate_process(grace_s: float = 1.0) -> None:
@@ -116,6 +117,7 @@ class Engine:
             tokenizer=runtime.tokenizer,
             clock=self._clock,
             max_model_len=runtime.max_model_len,
+            precompile=runtime.precompile,
         )
         log.info(
             "engine_ready",

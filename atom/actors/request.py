@@ -109,6 +109,9 @@ class RequestActor:
 
     async def _generate(self) -> None:
         submit = self._request.submit
+        if submit.params.grammar is not None and self._core.precompile is not None:
+            # Compile in a worker thread now, so the Batcher's step only copies the matcher.
+            await trio.to_thread.run_sync(self._core.precompile, submit.params.grammar)
         self._core.batcher.submit_nowait(submit, self._outbox)
         # Published before any checkpoint, so it precedes the Batcher's RequestScheduled.
         accepted = RequestAccepted(

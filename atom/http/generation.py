@@ -12,6 +12,8 @@ import uuid
 from collections.abc import MutableMapping
 from typing import Any
 
+import trio
+
 from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
 from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
@@ -35,7 +37,8 @@ async def serve_generation(
         raw = await _read_body(receive)
         if raw is None:
             return  # the client left before sending its body
-        request = build_request(engine, endpoint, raw)
+        # Templates, tokenization and grammar validation run off the event loop.
+        request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
     except AtomError as error:
         await send_error(send, error)
         return

@@ -1,11 +1,13 @@
 """Structured output in the runner: one llguidance matcher per constrained sequence, its
 token bitmask applied to that row's logits before sampling, advanced with each token.
 
-Matchers are created inside the step (a worker thread), so compiling a grammar never
-blocks the event loop; llguidance caches compiled grammars itself."""
+Each distinct grammar is compiled once; request actors call `compile` in a worker
+thread before submitting, so neither the event loop nor the Batcher's steps wait for a
+compile, and the step only copies the compiled matcher."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +31,7 @@ class GrammarMatchers:
         self._llt: Any = None  # built on first use: ~0.5 s for this tokenizer
         self._compiled: OrderedDict[str, Any] = OrderedDict()  # grammar → fresh matcher, LRU
         self._max_compiled = max_compiled
+        self._lock = threading.Lock()  # `compile` runs in request threads and in the step
         self._matchers: dict[str, Any] = {}
 
     def constrain(self, chunks: Sequence[SeqChunk], logits: torch.Tensor) -> None:
@@ -69,24 +72,27 @@ class GrammarMatchers:
     def _matcher(self, chunk: SeqChunk) -> Any:
         matcher = self._matchers.get(chunk.seq_id)
         if matcher is None:
-            matcher = self._matchers[chunk.seq_id] = self._compile(
-                chunk.params.grammar or ""
-            ).deep_copy()
+            compiled = self.compile(chunk.params.grammar or "")
+            matcher = self._matchers[chunk.seq_id] = compiled.deep_copy()
         return matcher
 
-    def _compile(self, grammar: str) -> Any:
-        """One compiled matcher per distinct grammar (LRU); sequences get copies of it."""
-        compiled = self._compiled.get(grammar)
-        if compiled is None:
-            compiled = llguidance.LLMatcher(self._tokenizer_info(), grammar)
+    def compile(self, grammar: str) -> Any:
+        """The compiled matcher of `grammar` (LRU cache; sequences get copies). Thread-safe."""
+        with self._lock:
+            compiled = self._compiled.get(grammar)
+            if compiled is not None:
+                self._compiled.move_to_end(grammar)
+                return compiled
+            llt = self._tokenizer_info()
+        compiled = llguidance.LLMatcher(llt, grammar)  # the slow part, outside the lock
+        with self._lock:
             self._compiled[grammar] = compiled
             if len(self._compiled) > self._max_compiled:
                 self._compiled.popitem(last=False)
-        self._compiled.move_to_end(grammar)
         return compiled
 
     def _tokenizer_info(self) -> Any:
-        if self._llt is None:
+        if self._llt is None:  # built once, under the lock: ~0.5 s for this tokenizer
             self._llt = llguidance.hf.from_tokenizer(self._tokenizer)
         return self._llt
 

@@ -157,7 +157,12 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=dtype_name,
         kv_cache_bytes=num_blocks * per_block,
     )
-    return Runtime(runner=runner, tokenizer=loaded.tokenizer, max_model_len=loaded.max_model_len)
+    return Runtime(
+        runner=runner,
+        tokenizer=loaded.tokenizer,
+        max_model_len=loaded.max_model_len,
+        precompile=runner.grammars.compile,
+    )
 
 
 def eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

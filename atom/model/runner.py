@@ -7,7 +7,7 @@ and turns one StepPlan into one sampled token per scheduled sequence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,3 +85,4 @@ class Runtime:
     runner: Runner
     tokenizer: Any
     max_model_len: int
+    precompile: Callable[[str], object] | None = None  # warms the runner's grammar cache

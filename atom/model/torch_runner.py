@@ -51,7 +51,7 @@ class TorchRunner:
         shape = (int(text.num_hidden_layers), 2, num_blocks * block_size, kv_heads, head_dim)
         self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self._generators: dict[str, torch.Generator] = {}
-        self._grammars = GrammarMatchers(tokenizer)
+        self.grammars = GrammarMatchers(tokenizer)
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():
@@ -64,11 +64,11 @@ class TorchRunner:
                 return {}
             last = torch.tensor([rows[-1] for rows in keep.values()], device=logits.device)
             processed = process(logits[last], [self._row(c) for c in picked])
-            self._grammars.constrain(picked, processed)
+            self.grammars.constrain(picked, processed)
             generators = [self._generator(c) for c in picked]
             tokens = sample(processed, [c.params for c in picked], generators)
             for chunk, token in zip(picked, tokens, strict=True):
-                self._grammars.accept(chunk, token.token_id)
+                self.grammars.accept(chunk, token.token_id)
             tokens = [
                 self._with_prompt_logprobs(c, t, logits, keep)
                 for c, t in zip(picked, tokens, strict=True)
@@ -186,7 +186,7 @@ class TorchRunner:
 
     def release(self, seq_id: str) -> None:
         self._generators.pop(seq_id, None)
-        self._grammars.release(seq_id)
+        self.grammars.release(seq_id)
 
     def num_sequences(self) -> int:
         return len(self._generators)
