@@ -21,8 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     for f in fields(Settings):
-        kind = int if str(f.type).startswith("int") else str
-        serve.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=None)
+        serve.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None)
     replay = commands.add_parser("replay", help="rebuild the responses recorded in a request log")
     replay.add_argument("log")
     replay.add_argument("--request-id", help="only this request")
@@ -39,22 +38,20 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     values = {f.name: getattr(args, f.name) for f in fields(Settings)}
     values["model"] = values["model"] or args.model_path
-    settings = Settings(**{k: v for k, v in values.items() if v is not None})
+    # Flags parse exactly as their ATOM_* variables do (ints, floats, true/false).
+    settings = Settings.from_env(
+        {f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None}
+    )
     env = {**os.environ, **settings.to_env()}
-    # -w 0: serve in this process, so a fatal engine error becomes the exit status
-    # (hypercorn reports 0 when its worker process dies).
-    command = [
-        sys.executable,
-        "-m",
-        "hypercorn",
-        "-k",
-        "trio",
-        "-w",
-        "0",
-        "-b",
-        f"{args.host}:{args.port}",
-    ]
-    os.execvpe(sys.executable, [*command, "atom.http:app"], env)
+    os.execvpe(sys.executable, serve_command(args.host, args.port), env)
+
+
+def serve_command(host: str, port: int) -> list[str]:
+    """The hypercorn command line that serves `atom.http:app`. `-w 0` serves in this
+    process, so a fatal engine error becomes the exit status (hypercorn reports 0 when
+    its worker process dies)."""
+    bind = f"{host}:{port}"
+    return [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0", "-b", bind, "atom.http:app"]
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import trio
 
+from atom.cli import serve_command
 from atom.model.loader import default_model_path
 from bench.load import Target, run_level, shared_prefix
 
@@ -56,18 +57,7 @@ def server(command: list[str], ready_url: str, env: dict[str, str] | None = None
 
 
 def atom_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
-    command = [
-        sys.executable,
-        "-m",
-        "hypercorn",
-        "-k",
-        "trio",
-        "-w",
-        "0",
-        "-b",
-        f"127.0.0.1:{port}",
-        "atom.http:app",
-    ]
+    command = serve_command("127.0.0.1", port)
     env = {"ATOM_LOG_LEVEL": "warning", **dict(kv.split("=", 1) for kv in args.atom_env)}
     env.update(extra_env)
     return server(command, f"http://127.0.0.1:{port}/health", env)
