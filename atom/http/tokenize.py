@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -49,8 +51,6 @@ def register(app: QuartTrio, engine: Engine) -> None:
 async def _json() -> object:
     data = await request.get_data()
     try:
-        import json
-
         return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
