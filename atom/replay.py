@@ -27,9 +27,8 @@ from atom.events import (
     ToolCallStarted,
 )
 from atom.text.choice import ChoiceText
-from atom.text.parsers import reasoning_format, tool_format
+from atom.text.parsers import choice_formats
 from atom.text.pipeline import ChoicePipeline, ChoiceSetup
-from atom.text.tools.base import limited
 from atom.wire import BodyRenderer, StreamRenderer, renderer_for
 
 
@@ -116,13 +115,14 @@ def _pipelines(
     tool_call_parser: str | None,
     reasoning_parser: str | None,
 ) -> dict[tuple[str, int], ChoicePipeline]:
-    tools = body.get("tools") or []
-    use_tools = tool_call_parser and tools and body.get("tool_choice") != "none"
-    fmt = tool_format(tool_call_parser, tools) if use_tools and tool_call_parser else None
-    if fmt is not None and body.get("parallel_tool_calls") is False:
-        fmt = limited(fmt, 1)
-    kwargs = body.get("chat_template_kwargs") or {}
-    reasoning = reasoning_format(reasoning_parser, kwargs) if reasoning_parser else None
+    fmt, reasoning = choice_formats(
+        tool_call_parser,
+        reasoning_parser,
+        tools=body.get("tools") or [],
+        tool_choice=body.get("tool_choice"),
+        parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
+        template_kwargs=body.get("chat_template_kwargs") or {},
+    )
     prompts = (accepted.prompt_ids, *accepted.more_prompt_ids)
     per_prompt = accepted.num_choices // len(prompts)
     out = {}

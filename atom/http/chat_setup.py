@@ -12,9 +12,9 @@ from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
 from atom.text import grammar as g
-from atom.text.parsers import reasoning_format, tool_format
+from atom.text.parsers import choice_formats, reasoning_format, tool_format
 from atom.text.reasoning.base import ReasoningFormat
-from atom.text.tools.base import ToolFormat, limited
+from atom.text.tools.base import ToolFormat
 from atom.text.tools.forced import CallList, NamedCall
 
 
@@ -49,17 +49,17 @@ def chat_setup(settings: Settings, body: ChatCompletionRequest) -> ChatSetup:
     choice = body.tool_choice
     tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
     kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
-    reasoning = (
-        reasoning_format(settings.reasoning_parser, kwargs) if settings.reasoning_parser else None
+    fmt, reasoning = choice_formats(
+        settings.tool_call_parser,
+        settings.reasoning_parser,
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        template_kwargs=kwargs,
     )
     if choice is not None and choice not in ("none", "auto"):
         return _forced(body, tools, kwargs, reasoning)
     is_none = choice == "none"
-    fmt = None
-    if settings.tool_call_parser and tools and not is_none:
-        fmt = tool_format(settings.tool_call_parser, tools)
-        if not body.parallel_tool_calls:
-            fmt = limited(fmt, 1)
     return ChatSetup(
         template_tools=None
         if (is_none and settings.exclude_tools_when_tool_choice_none) or not tools

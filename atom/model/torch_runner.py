@@ -80,15 +80,13 @@ class TorchRunner:
         """Rows of the flat batch whose logits are needed, per sampling chunk: the last
         one, or every one of a whole prompt whose prompt logprobs are asked for."""
         keep: dict[str, list[int]] = {}
-        q_start, row = 0, 0
+        row = 0
         for chunk in chunks:
-            n = len(chunk.token_ids)
             if chunk.needs_sample:
                 wants_prompt = chunk.params.prompt_logprobs is not None and chunk.start_pos == 0
-                count = n if wants_prompt else 1
+                count = len(chunk.token_ids) if wants_prompt else 1
                 keep[chunk.seq_id] = list(range(row, row + count))
                 row += count
-            q_start += n
         return keep
 
     def _with_prompt_logprobs(

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from atom.text.reasoning.base import Granite, ReasoningFormat, ThinkTags
-from atom.text.tools.base import ToolFormat
+from atom.text.tools.base import ToolFormat, limited
 from atom.text.tools.json_calls import Hermes, Llama3Json, Mistral, Prefixed
 from atom.text.tools.pythonic import Pythonic
 from atom.text.tools.sections import Qwen3Coder, deepseek_v3, kimi_k2
@@ -59,3 +59,23 @@ def reasoning_format(
         known = ", ".join(sorted(REASONING_PARSERS))
         raise ValueError(f"unknown reasoning parser {name!r}; known: {known}")
     return REASONING_PARSERS[name](chat_template_kwargs or {})
+
+
+def choice_formats(
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+    *,
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: Any,
+    parallel_tool_calls: bool,
+    template_kwargs: Mapping[str, Any],
+) -> tuple[ToolFormat | None, ReasoningFormat | None]:
+    """The parsers a chat request's choices run: tool calls only with tools and a
+    tool_choice other than "none" (at most one call without parallel_tool_calls)."""
+    fmt = None
+    if tool_call_parser and tools and tool_choice != "none":
+        fmt = tool_format(tool_call_parser, tools)
+        if not parallel_tool_calls:
+            fmt = limited(fmt, 1)
+    reasoning = reasoning_format(reasoning_parser, template_kwargs) if reasoning_parser else None
+    return fmt, reasoning

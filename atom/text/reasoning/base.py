@@ -94,6 +94,7 @@ class ReasoningStream:
     _text: str = ""
     _reasoning_len: int = 0
     _content_len: int = 0
+    is_reasoning: bool = True  # the text so far ends inside the reasoning section
 
     def feed(self, chunk: str) -> tuple[str, str]:
         self._text += chunk
@@ -102,13 +103,8 @@ class ReasoningStream:
     def flush(self) -> tuple[str, str]:
         return self._diff(self.fmt.scan(self._text, is_final=True))
 
-    @property
-    def is_reasoning(self) -> bool:
-        """Whether the text so far ends inside the reasoning section."""
-        scan = self.fmt.scan(self._text, is_final=False)
-        return not scan.content and bool(scan.reasoning or not self._text)
-
     def _diff(self, scan: ReasoningScan) -> tuple[str, str]:
+        self.is_reasoning = not scan.content and bool(scan.reasoning)  # from the scan just made
         reasoning = scan.reasoning[self._reasoning_len :]
         content = scan.content[self._content_len :]
         self._reasoning_len, self._content_len = len(scan.reasoning), len(scan.content)
