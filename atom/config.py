@@ -26,6 +26,7 @@ class Settings:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     quantization: str | None = None
+    attention_backend: str = "auto"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     default_chat_template_kwargs: str | None = None  # a JSON object

@@ -6,13 +6,17 @@ transformers passes to every attention call) carries, once per step, the flat
 KV slot of every new token and how to read each sequence back:
 
 - prefill slices (several new tokens): gather the sequence's slots, causal SDPA;
-- the decode group (one new token each): one padded gather and one batched SDPA
-  with a length mask, so decode costs one kernel per layer whatever the batch.
+- the decode group (one new token each), one call per layer whatever the batch:
+  `KernelDecode` reads the cache in place through the block tables (the CPU
+  kernel in `atom.model.kernels`); `GatherDecode` does one padded gather and one
+  batched SDPA with a length mask (any device).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -32,14 +36,57 @@ class PrefillSlice:
     read_slots: torch.Tensor
 
 
+class DecodeGroup(Protocol):
+    """Query rows `q_idx` of the flat batch, one token per sequence."""
+
+    @property
+    def q_idx(self) -> torch.Tensor: ...
+
+    def attend(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+    ) -> torch.Tensor:
+        """q [batch, heads, dim] → [batch, heads, dim]."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DecodeGroup:
-    """Query rows `q_idx` (one token per sequence) read `read_slots` [batch, max_len],
-    padded; `mask` [batch, 1, 1, max_len] is True where a slot is real."""
+class GatherDecode:
+    """`read_slots` [batch, max_len], padded; `mask` [batch, 1, 1, max_len] is True
+    where a slot is real."""
 
     q_idx: torch.Tensor
     read_slots: torch.Tensor
     mask: torch.Tensor
+
+    def attend(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+    ) -> torch.Tensor:
+        shape = (*self.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
+        flat = self.read_slots.flatten()
+        k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
+        v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(2), k, v, attn_mask=self.mask, scale=scaling, enable_gqa=True
+        )
+        return o[:, :, 0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelDecode:
+    """`block_tables` [batch, max_blocks] (padded) and `seq_lens` [batch], int64."""
+
+    q_idx: torch.Tensor
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
+    block_size: int
+    kernel: Callable[..., torch.Tensor]
+
+    def attend(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+    ) -> torch.Tensor:
+        return self.kernel(
+            q, k_cache, v_cache, self.block_tables, self.seq_lens, self.block_size, scaling
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +119,9 @@ def paged_attention(
         out[:, :, q_slice] = _prefill(query[:, :, q_slice], k_cache, v_cache, s, scaling)
     if step_meta.decode is not None:
         d = step_meta.decode
-        out[0, :, d.q_idx] = _decode(query, k_cache, v_cache, d, scaling)
+        q = query[0, :, d.q_idx].transpose(0, 1)  # [batch, heads, dim]
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        out[0, :, d.q_idx] = d.attend(q, k_cache, v_cache, scale).transpose(0, 1)
     return out.transpose(1, 2), None
 
 
@@ -93,22 +142,6 @@ def _prefill(
     q_pos = torch.arange(s.start_pos, end, device=q.device)
     mask = q_pos[:, None] >= torch.arange(end, device=q.device)[None, :]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
-
-
-def _decode(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    d: DecodeGroup,
-    scaling: float | None,
-) -> torch.Tensor:
-    q = query[0, :, d.q_idx].transpose(0, 1).unsqueeze(2)  # [batch, heads, 1, dim]
-    shape = (*d.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
-    flat = d.read_slots.flatten()
-    k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)  # [b, kv_heads, len, dim]
-    v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=d.mask, scale=scaling, enable_gqa=True)
-    return o[:, :, 0].transpose(0, 1)  # [heads, batch, dim]
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention)

@@ -118,6 +118,7 @@ def load_runtime(settings: Settings) -> Runtime:
     """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
     import torch
 
+    from atom.model.kernels import decode_kernel
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     if settings.num_threads:
@@ -142,6 +143,12 @@ def load_runtime(settings: Settings) -> Runtime:
             f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
             f"max_model_len {loaded.max_model_len}: raise --kv-cache-memory-bytes"
         )
+    kernel = decode_kernel(
+        settings.attention_backend,
+        device=device,
+        dtype=getattr(torch, dtype_name),
+        cache_dir=settings.cache_dir,
+    )
     runner = TorchRunner(
         loaded.model,
         eos_token_ids=eos_token_ids(loaded),
@@ -149,6 +156,7 @@ def load_runtime(settings: Settings) -> Runtime:
         num_blocks=num_blocks,
         block_size=settings.block_size,
         tokenizer=loaded.tokenizer,
+        decode_kernel=kernel,
     )
     log.info(
         "model_loaded",
@@ -156,6 +164,7 @@ def load_runtime(settings: Settings) -> Runtime:
         device=device,
         dtype=dtype_name,
         kv_cache_bytes=num_blocks * per_block,
+        decode_attention="torch" if kernel is None else "cpp",
     )
     return Runtime(
         runner=runner,

@@ -7,8 +7,16 @@ from typing import Any
 
 import torch
 
-from atom.model.attention import ATTN_IMPLEMENTATION, DecodeGroup, PrefillSlice, StepMeta
+from atom.model.attention import (
+    ATTN_IMPLEMENTATION,
+    DecodeGroup,
+    GatherDecode,
+    KernelDecode,
+    PrefillSlice,
+    StepMeta,
+)
 from atom.model.grammar import GrammarMatchers
+from atom.model.kernels import PagedDecode
 from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan, slot_of
 from atom.model.sampler import Sampled, prompt_logprobs, sample
@@ -34,6 +42,7 @@ class TorchRunner:
         num_blocks: int,
         block_size: int,
         tokenizer: Any = None,
+        decode_kernel: PagedDecode | None = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
@@ -52,6 +61,7 @@ class TorchRunner:
         self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
+        self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():
@@ -138,15 +148,15 @@ class TorchRunner:
         dev, bs = self._device, self.block_size
         write: list[int] = []
         prefills: list[PrefillSlice] = []
-        decodes: list[tuple[int, list[int]]] = []
+        decodes: list[tuple[int, SeqChunk]] = []
         for chunk in chunks:
             end = chunk.start_pos + len(chunk.token_ids)
             write.extend(slot_of(chunk.block_ids, p, bs) for p in range(chunk.start_pos, end))
-            read = [slot_of(chunk.block_ids, p, bs) for p in range(end)]
             q_start = len(write) - len(chunk.token_ids)
             if len(chunk.token_ids) == 1:
-                decodes.append((q_start, read))
+                decodes.append((q_start, chunk))
             else:
+                read = [slot_of(chunk.block_ids, p, bs) for p in range(end)]
                 slots = torch.tensor(read, device=dev)
                 prefills.append(
                     PrefillSlice(
@@ -163,15 +173,32 @@ class TorchRunner:
             decode=self._decode_group(decodes) if decodes else None,
         )
 
-    def _decode_group(self, decodes: list[tuple[int, list[int]]]) -> DecodeGroup:
-        max_len = max(len(read) for _, read in decodes)
-        padded = [read + [0] * (max_len - len(read)) for _, read in decodes]
-        lengths = torch.tensor([len(read) for _, read in decodes], device=self._device)
-        mask = torch.arange(max_len, device=self._device)[None, :] < lengths[:, None]
-        return DecodeGroup(
-            q_idx=torch.tensor([q for q, _ in decodes], device=self._device),
-            read_slots=torch.tensor(padded, device=self._device),
-            mask=mask[:, None, None, :],
+    def _decode_group(self, decodes: list[tuple[int, SeqChunk]]) -> DecodeGroup:
+        dev, bs = self._device, self.block_size
+        q_idx = torch.tensor([q for q, _ in decodes], device=dev)
+        lengths = [c.start_pos + 1 for _, c in decodes]
+        if self._decode_kernel is not None:
+            width = max(len(c.block_ids) for _, c in decodes)
+            tables = [list(c.block_ids) + [0] * (width - len(c.block_ids)) for _, c in decodes]
+            return KernelDecode(
+                q_idx=q_idx,
+                block_tables=torch.tensor(tables, dtype=torch.long, device=dev),
+                seq_lens=torch.tensor(lengths, dtype=torch.long, device=dev),
+                block_size=bs,
+                kernel=self._decode_kernel,
+            )
+        max_len = max(lengths)
+        padded = [
+            [slot_of(c.block_ids, p, bs) for p in range(n)] + [0] * (max_len - n)
+            for (_, c), n in zip(decodes, lengths, strict=True)
+        ]
+        real = (
+            torch.arange(max_len, device=dev)[None, :] < torch.tensor(lengths, device=dev)[:, None]
+        )
+        return GatherDecode(
+            q_idx=q_idx,
+            read_slots=torch.tensor(padded, device=dev),
+            mask=real[:, None, None, :],
         )
 
     def _generator(self, chunk: SeqChunk) -> torch.Generator:

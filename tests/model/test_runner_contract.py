@@ -1,17 +1,21 @@
 """The Runner contract: FakeRunner and TorchRunner (tiny random models) both pass it, and
 TorchRunner's paged ragged forward matches transformers' own greedy `generate` — alone,
-batched, with chunked prefill, with prefix-cache hits and after preemption."""
+batched, with chunked prefill, with prefix-cache hits and after preemption — with both
+decode-attention paths (the torch gather and the C++ kernel)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
+from atom.config import Settings
 from atom.events import SamplingParams, Submit
 from atom.model.fake_runner import FakeRunner
+from atom.model.kernels import PagedDecode, load_paged_decode
 from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Runner
 from atom.model.scheduler import Scheduler
@@ -38,13 +42,19 @@ def tiny_model(config_cls: Any) -> Any:
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
-def torch_runner(config_cls: Any, num_blocks: int = 512) -> TorchRunner:
+@functools.cache
+def kernel() -> PagedDecode:
+    return load_paged_decode(Settings().cache_dir)
+
+
+def torch_runner(config_cls: Any, num_blocks: int = 512, *, cpp: bool = False) -> TorchRunner:
     return TorchRunner(
         tiny_model(config_cls),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=num_blocks,
         block_size=BLOCK,
+        decode_kernel=kernel() if cpp else None,
     )
 
 
@@ -83,6 +93,7 @@ RUNNERS = {
     "fake": lambda **kw: FakeRunner(eos_token_id=0, block_size=BLOCK, **kw),
     "llama": lambda **kw: torch_runner(LlamaConfig, **kw),
     "qwen2": lambda **kw: torch_runner(Qwen2Config, **kw),
+    "llama-cpp": lambda **kw: torch_runner(LlamaConfig, cpp=True, **kw),
 }
 
 
@@ -137,10 +148,11 @@ def test_contract_preemption_by_recompute_gives_the_same_tokens(name: str) -> No
     assert num_preemptions > 0
 
 
+@pytest.mark.parametrize("cpp", [False, True], ids=["gather", "cpp"])
 @pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])
-def test_paged_forward_matches_transformers_generate(config_cls: Any) -> None:
+def test_paged_forward_matches_transformers_generate(config_cls: Any, cpp: bool) -> None:
     reference = tiny_model(config_cls)
-    ours, _ = run_all(torch_runner(config_cls), PROMPTS, budget=16)
+    ours, _ = run_all(torch_runner(config_cls, cpp=cpp), PROMPTS, budget=16)
     for prompt, tokens in zip(PROMPTS, ours, strict=True):
         expected = reference.generate(
             torch.tensor([prompt]),

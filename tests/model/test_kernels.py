@@ -1,0 +1,63 @@
+"""The C++ paged decode kernel against the torch gather path on random paged caches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from atom.config import Settings
+from atom.model.attention import GatherDecode, KernelDecode
+from atom.model.kernels import decode_kernel, load_paged_decode
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim", "block_size"),
+    [(9, 3, 64, 16), (4, 4, 40, 4), (8, 1, 128, 8), (6, 2, 20, 16)],
+)
+def test_kernel_matches_gather_then_sdpa(
+    heads: int, kv_heads: int, dim: int, block_size: int
+) -> None:
+    gen = torch.Generator().manual_seed(heads * dim + block_size)
+    num_blocks = 64
+    k_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
+    v_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
+    lengths = [1, 5, block_size, block_size + 1, 3 * block_size + 7, 60]
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered block tables
+    tables = []
+    for n in lengths:
+        count = -(-n // block_size)
+        tables.append(order[:count])
+        order = order[count:]
+    width = max(len(t) for t in tables)
+    padded_tables = [t + [0] * (width - len(t)) for t in tables]
+    max_len = max(lengths)
+    slots = [
+        [t[p // block_size] * block_size + p % block_size for p in range(n)] + [0] * (max_len - n)
+        for t, n in zip(tables, lengths, strict=True)
+    ]
+    mask = torch.arange(max_len)[None, :] < torch.tensor(lengths)[:, None]
+    q = torch.randn(len(lengths), heads, dim, generator=gen)
+    q_idx = torch.arange(len(lengths))
+    gather = GatherDecode(q_idx=q_idx, read_slots=torch.tensor(slots), mask=mask[:, None, None, :])
+    kernel = KernelDecode(
+        q_idx=q_idx,
+        block_tables=torch.tensor(padded_tables),
+        seq_lens=torch.tensor(lengths),
+        block_size=block_size,
+        kernel=load_paged_decode(Settings().cache_dir),
+    )
+    scale = dim**-0.5
+    expected = gather.attend(q, k_cache, v_cache, scale)
+    got = kernel.attend(q, k_cache, v_cache, scale)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_backend_choice() -> None:
+    cache = Settings().cache_dir
+    assert decode_kernel("torch", device="cpu", dtype=torch.float32, cache_dir=cache) is None
+    assert decode_kernel("auto", device="cpu", dtype=torch.bfloat16, cache_dir=cache) is None
+    assert decode_kernel("auto", device="cpu", dtype=torch.float32, cache_dir=cache) is not None
+    with pytest.raises(ValueError, match="attention-backend"):
+        decode_kernel("flash", device="cpu", dtype=torch.float32, cache_dir=cache)
+    with pytest.raises(ValueError, match="float32"):
+        decode_kernel("cpp", device="cpu", dtype=torch.bfloat16, cache_dir=cache)
