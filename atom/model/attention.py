@@ -10,6 +10,10 @@ KV slot of every new token and how to read each sequence back:
   `KernelDecode` reads the cache in place through the block tables (the CPU
   kernel in `atom.model.kernels`); `GatherDecode` does one padded gather and one
   batched SDPA with a length mask (any device).
+
+Layers may ask for a sliding window (only the last `sliding_window` positions
+are attended: Mistral, Gemma 2/3, Cohere 2) and a score soft-cap (Gemma 2);
+transformers passes both as keywords, and every path honours them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ class PrefillSlice:
     read_slots: torch.Tensor
 
 
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """How one layer scores: the scale, its sliding window and soft-cap (None: off)."""
+
+    scale: float
+    window: int | None = None
+    softcap: float | None = None
+
+
 class DecodeGroup(Protocol):
     """Query rows `q_idx` of the flat batch, one token per sequence."""
 
@@ -43,7 +56,7 @@ class DecodeGroup(Protocol):
     def q_idx(self) -> torch.Tensor: ...
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
     ) -> torch.Tensor:
         """q [batch, heads, dim] → [batch, heads, dim]."""
         ...
@@ -51,24 +64,27 @@ class DecodeGroup(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatherDecode:
-    """`read_slots` [batch, max_len], padded; `mask` [batch, 1, 1, max_len] is True
-    where a slot is real."""
+    """`read_slots` [batch, max_len], padded; `seq_lens` [batch]; `mask`
+    [batch, 1, 1, max_len] is True where a slot is real."""
 
     q_idx: torch.Tensor
     read_slots: torch.Tensor
+    seq_lens: torch.Tensor
     mask: torch.Tensor
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
     ) -> torch.Tensor:
         shape = (*self.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
         flat = self.read_slots.flatten()
         k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
         v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
-        o = F.scaled_dot_product_attention(
-            q.unsqueeze(2), k, v, attn_mask=self.mask, scale=scaling, enable_gqa=True
-        )
-        return o[:, :, 0]
+        mask = self.mask
+        if how.window is not None:
+            positions = torch.arange(shape[1], device=mask.device)
+            recent = positions[None, :] >= (self.seq_lens - how.window)[:, None]
+            mask = mask & recent[:, None, None, :]
+        return attend(q.unsqueeze(2), k, v, mask, how)[:, :, 0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,10 +98,18 @@ class KernelDecode:
     kernel: Callable[..., torch.Tensor]
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scaling: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
     ) -> torch.Tensor:
         return self.kernel(
-            q, k_cache, v_cache, self.block_tables, self.seq_lens, self.block_size, scaling
+            q,
+            k_cache,
+            v_cache,
+            self.block_tables,
+            self.seq_lens,
+            self.block_size,
+            how.scale,
+            how.window or 0,
+            how.softcap or 0.0,
         )
 
 
@@ -105,10 +129,17 @@ def paged_attention(
     attention_mask: torch.Tensor | None,
     *,
     scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
     step_meta: StepMeta,
     **_: object,
 ) -> tuple[torch.Tensor, None]:
     """Write the step's K/V into the paged cache, attend; returns (1, tokens, heads, dim)."""
+    how = Scoring(
+        scale=query.shape[-1] ** -0.5 if scaling is None else scaling,
+        window=sliding_window,
+        softcap=softcap,
+    )
     layer = int(module.layer_idx)  # type: ignore[arg-type]
     k_cache, v_cache = step_meta.kv_cache[layer, 0], step_meta.kv_cache[layer, 1]
     k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1))
@@ -116,12 +147,11 @@ def paged_attention(
     out = torch.empty_like(query)
     for s in step_meta.prefills:
         q_slice = slice(s.q_start, s.q_start + s.q_len)
-        out[:, :, q_slice] = _prefill(query[:, :, q_slice], k_cache, v_cache, s, scaling)
+        out[:, :, q_slice] = _prefill(query[:, :, q_slice], k_cache, v_cache, s, how)
     if step_meta.decode is not None:
         d = step_meta.decode
         q = query[0, :, d.q_idx].transpose(0, 1)  # [batch, heads, dim]
-        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-        out[0, :, d.q_idx] = d.attend(q, k_cache, v_cache, scale).transpose(0, 1)
+        out[0, :, d.q_idx] = d.attend(q, k_cache, v_cache, how).transpose(0, 1)
     return out.transpose(1, 2), None
 
 
@@ -130,18 +160,38 @@ def _prefill(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     s: PrefillSlice,
-    scaling: float | None,
+    how: Scoring,
 ) -> torch.Tensor:
     k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
     v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
-    if s.start_pos == 0:
+    if s.start_pos == 0 and how.window is None and how.softcap is None:
         return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=scaling, enable_gqa=True
+            q, k, v, is_causal=True, scale=how.scale, enable_gqa=True
         )
     end = s.start_pos + s.q_len
-    q_pos = torch.arange(s.start_pos, end, device=q.device)
-    mask = q_pos[:, None] >= torch.arange(end, device=q.device)[None, :]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
+    q_pos = torch.arange(s.start_pos, end, device=q.device)[:, None]
+    k_pos = torch.arange(end, device=q.device)[None, :]
+    mask = q_pos >= k_pos
+    if how.window is not None:
+        mask &= k_pos > q_pos - how.window
+    return attend(q, k, v, mask, how)
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, how: Scoring
+) -> torch.Tensor:
+    """Masked attention [b, heads, q, dim] over [b, kv_heads, k, dim]; SDPA unless the
+    scores are soft-capped, which SDPA cannot do."""
+    if how.softcap is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=how.scale, enable_gqa=True
+        )
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * how.scale
+    scores = torch.tanh(scores / how.softcap) * how.softcap
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention)

@@ -192,12 +192,12 @@ class TorchRunner:
             [slot_of(c.block_ids, p, bs) for p in range(n)] + [0] * (max_len - n)
             for (_, c), n in zip(decodes, lengths, strict=True)
         ]
-        real = (
-            torch.arange(max_len, device=dev)[None, :] < torch.tensor(lengths, device=dev)[:, None]
-        )
+        ends = torch.tensor(lengths, device=dev)
+        real = torch.arange(max_len, device=dev)[None, :] < ends[:, None]
         return GatherDecode(
             q_idx=q_idx,
             read_slots=torch.tensor(padded, device=dev),
+            seq_lens=ends,
             mask=real[:, None, None, :],
         )
 

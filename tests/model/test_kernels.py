@@ -6,16 +6,22 @@ import pytest
 import torch
 
 from atom.config import Settings
-from atom.model.attention import GatherDecode, KernelDecode
+from atom.model.attention import GatherDecode, KernelDecode, Scoring
 from atom.model.kernels import decode_kernel, load_paged_decode
 
 
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (7, None), (None, 2.0), (20, 3.0)])
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "dim", "block_size"),
     [(9, 3, 64, 16), (4, 4, 40, 4), (8, 1, 128, 8), (6, 2, 20, 16)],
 )
 def test_kernel_matches_gather_then_sdpa(
-    heads: int, kv_heads: int, dim: int, block_size: int
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    block_size: int,
+    window: int | None,
+    softcap: float | None,
 ) -> None:
     gen = torch.Generator().manual_seed(heads * dim + block_size)
     num_blocks = 64
@@ -38,7 +44,12 @@ def test_kernel_matches_gather_then_sdpa(
     mask = torch.arange(max_len)[None, :] < torch.tensor(lengths)[:, None]
     q = torch.randn(len(lengths), heads, dim, generator=gen)
     q_idx = torch.arange(len(lengths))
-    gather = GatherDecode(q_idx=q_idx, read_slots=torch.tensor(slots), mask=mask[:, None, None, :])
+    gather = GatherDecode(
+        q_idx=q_idx,
+        read_slots=torch.tensor(slots),
+        seq_lens=torch.tensor(lengths),
+        mask=mask[:, None, None, :],
+    )
     kernel = KernelDecode(
         q_idx=q_idx,
         block_tables=torch.tensor(padded_tables),
@@ -46,9 +57,9 @@ def test_kernel_matches_gather_then_sdpa(
         block_size=block_size,
         kernel=load_paged_decode(Settings().cache_dir),
     )
-    scale = dim**-0.5
-    expected = gather.attend(q, k_cache, v_cache, scale)
-    got = kernel.attend(q, k_cache, v_cache, scale)
+    how = Scoring(scale=dim**-0.5, window=window, softcap=softcap)
+    expected = gather.attend(q, k_cache, v_cache, how)
+    got = kernel.attend(q, k_cache, v_cache, how)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 

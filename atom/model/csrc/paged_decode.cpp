@@ -42,10 +42,12 @@ inline void softmax(float* s, int64_t n) {
 }  // namespace
 
 // query [B, H, D]; k_cache, v_cache [num_slots, KV, D] (one layer, contiguous);
-// block_tables [B, max_blocks] int64; seq_lens [B] int64 (each >= 1). Returns [B, H, D].
+// block_tables [B, max_blocks] int64; seq_lens [B] int64 (each >= 1). `window` > 0 keeps
+// the last `window` positions only (sliding-window layers); `softcap` > 0 caps the
+// scores as softcap * tanh(score / softcap) (Gemma 2). Returns [B, H, D].
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
-                           int64_t block_size, double scale) {
+                           int64_t block_size, double scale, int64_t window, double softcap) {
   TORCH_CHECK(query.scalar_type() == torch::kFloat32 && k_cache.scalar_type() == torch::kFloat32,
               "paged_decode: float32 only");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "paged_decode: cache layout");
@@ -64,27 +66,33 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Te
   const int64_t* tp = tables.data_ptr<int64_t>();
   const int64_t* lp = lens.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
-  const float fscale = static_cast<float>(scale);
+  const float fscale = static_cast<float>(scale), cap = static_cast<float>(softcap);
   pybind11::gil_scoped_release no_gil;
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t len = lp[b];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, lp[b] - window) : 0;
+      const int64_t len = lp[b] - first;  // attended positions: first .. lp[b] - 1
       const int64_t* table = tp + b * max_blocks;
       const float* qb = qp + b * H * D;  // [H, D]; head h reads kv head h / group
       float* ob = op + b * H * D;
       scores.resize(H * len);
-      for (int64_t pos = 0; pos < len; ++pos) {
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t pos = first + i;
         const float* k = kp + (table[pos / block_size] * block_size + pos % block_size) * row;
         for (int64_t h = 0; h < H; ++h) {
-          scores[h * len + pos] = dot(qb + h * D, k + (h / group) * D, D) * fscale;
+          scores[h * len + i] = dot(qb + h * D, k + (h / group) * D, D) * fscale;
         }
+      }
+      if (cap > 0.f) {
+        for (auto& s : scores) s = cap * std::tanh(s / cap);
       }
       for (int64_t h = 0; h < H; ++h) softmax(scores.data() + h * len, len);
       std::fill(ob, ob + H * D, 0.f);
-      for (int64_t pos = 0; pos < len; ++pos) {
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t pos = first + i;
         const float* v = vp + (table[pos / block_size] * block_size + pos % block_size) * row;
-        for (int64_t h = 0; h < H; ++h) axpy(scores[h * len + pos], v + (h / group) * D, ob + h * D, D);
+        for (int64_t h = 0; h < H; ++h) axpy(scores[h * len + i], v + (h / group) * D, ob + h * D, D);
       }
     }
   });

@@ -1,0 +1,98 @@
+"""Shared pieces of the runner tests: tiny random models, prompts, and a driver that
+runs prompts through the Scheduler and a Runner to the end."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from atom.config import Settings
+from atom.events import SamplingParams, Submit
+from atom.model.kernels import PagedDecode, load_paged_decode
+from atom.model.kv_cache import KVCacheManager
+from atom.model.runner import Runner
+from atom.model.scheduler import Scheduler
+from atom.model.torch_runner import TorchRunner
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 300,
+    "max_position_embeddings": 256,
+}
+LENGTHS = [1, 2, 5, 9, 17, 33, 3, 64, 12, 40, 7, 25, 4, 50, 11, 2, 30, 8, 19, 45]
+PROMPTS = [tuple((7 * i + 3 * j) % 290 + 5 for j in range(n)) for i, n in enumerate(LENGTHS)]
+BLOCK = 4
+
+
+def tiny_model(config_cls: Any, **overrides: Any) -> Any:
+    torch.manual_seed(0)
+    config = config_cls(**{**TINY, **overrides})
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+@functools.cache
+def kernel() -> PagedDecode:
+    return load_paged_decode(Settings().cache_dir)
+
+
+def torch_runner(
+    config_cls: Any, num_blocks: int = 512, *, cpp: bool = False, **overrides: Any
+) -> TorchRunner:
+    return TorchRunner(
+        tiny_model(config_cls, **overrides),
+        eos_token_ids=frozenset({0}),
+        max_model_len=256,
+        num_blocks=num_blocks,
+        block_size=BLOCK,
+        decode_kernel=kernel() if cpp else None,
+    )
+
+
+def run_all(
+    runner: Runner, prompts: list[tuple[int, ...]], *, budget: int = 4096, prefix: bool = True
+) -> tuple[list[list[int]], int]:
+    """Drive the runner through the Scheduler until every prompt has its output;
+    returns the outputs and the number of preemptions."""
+    kv = KVCacheManager(
+        num_blocks=runner.num_blocks, block_size=BLOCK, enable_prefix_caching=prefix
+    )
+    scheduler = Scheduler(
+        kv=kv,
+        max_num_seqs=64,
+        max_num_batched_tokens=budget,
+        eos_token_ids=runner.eos_token_ids,
+        max_model_len=256,
+    )
+    for i, prompt in enumerate(prompts):
+        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=GREEDY))
+    outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    num_preemptions = 0
+    while scheduler.num_seqs:
+        plan = scheduler.schedule()
+        num_preemptions += scheduler.stats.num_preemptions
+        for out in scheduler.update(plan, runner.step(plan)):
+            outputs[out.seq.request_id].append(out.token_id)
+            if out.finish_reason is not None:
+                runner.release(out.seq.seq_id)
+        kv.check_invariants()
+    assert kv.num_free_blocks == kv.num_blocks
+    return [outputs[str(i)] for i in range(len(prompts))], num_preemptions
+
+
+def generate(model: Any, prompt: tuple[int, ...]) -> list[int]:
+    """transformers' own greedy continuation of `prompt`, GREEDY.max_tokens long."""
+    return model.generate(  # type: ignore[no-any-return]
+        torch.tensor([prompt]),
+        max_new_tokens=GREEDY.max_tokens,
+        min_new_tokens=GREEDY.max_tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )[0, len(prompt) :].tolist()
