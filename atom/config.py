@@ -27,6 +27,7 @@ class Settings:
     enable_prefix_caching: bool = True
     quantization: str | None = None
     attention_backend: str = "auto"
+    model_impl: str = "auto"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     default_chat_template_kwargs: str | None = None  # a JSON object

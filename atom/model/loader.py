@@ -119,6 +119,7 @@ def load_runtime(settings: Settings) -> Runtime:
     import torch
 
     from atom.model.kernels import decode_kernel
+    from atom.model.lean import lean_model
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     if settings.num_threads:
@@ -132,11 +133,10 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=getattr(torch, dtype_name),
         max_model_len=settings.max_model_len,
     )
+    model = lean_model(loaded.model, settings.model_impl)
     if settings.quantization is not None:
-        quantize(loaded.model, settings.quantization, device)
-    per_block = kv_bytes_per_block(
-        loaded.model.config, settings.block_size, getattr(torch, dtype_name)
-    )
+        quantize(model, settings.quantization, device)
+    per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = kv_cache_bytes(settings, device) // per_block
     if num_blocks * settings.block_size < loaded.max_model_len:
         raise ValueError(
@@ -150,7 +150,7 @@ def load_runtime(settings: Settings) -> Runtime:
         cache_dir=settings.cache_dir,
     )
     runner = TorchRunner(
-        loaded.model,
+        model,
         eos_token_ids=eos_token_ids(loaded),
         max_model_len=loaded.max_model_len,
         num_blocks=num_blocks,
@@ -164,6 +164,7 @@ def load_runtime(settings: Settings) -> Runtime:
         device=device,
         dtype=dtype_name,
         kv_cache_bytes=num_blocks * per_block,
+        model_impl="transformers" if model is loaded.model else "atom",
         decode_attention="torch" if kernel is None else "cpp",
     )
     return Runtime(

@@ -1,7 +1,8 @@
 """The Runner contract: FakeRunner and TorchRunner (tiny random models) both pass it, and
 TorchRunner's paged ragged forward matches transformers' own greedy `generate` — alone,
 batched, with chunked prefill, with prefix-cache hits and after preemption — with both
-decode-attention paths (the torch gather and the C++ kernel)."""
+decode-attention paths (the torch gather and the C++ kernel) and both model
+implementations (transformers' classes and ATOM's own Llama-family forward)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ RUNNERS = {
     "llama": lambda **kw: torch_runner(LlamaConfig, **kw),
     "qwen2": lambda **kw: torch_runner(Qwen2Config, **kw),
     "llama-cpp": lambda **kw: torch_runner(LlamaConfig, cpp=True, **kw),
+    "qwen2-atom": lambda **kw: torch_runner(Qwen2Config, cpp=True, impl="atom", **kw),
 }
 
 
@@ -75,10 +77,11 @@ def test_contract_preemption_by_recompute_gives_the_same_tokens(name: str) -> No
     assert num_preemptions > 0
 
 
+@pytest.mark.parametrize("impl", ["transformers", "atom"])
 @pytest.mark.parametrize("cpp", [False, True], ids=["gather", "cpp"])
 @pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])
-def test_paged_forward_matches_transformers_generate(config_cls: Any, cpp: bool) -> None:
+def test_paged_forward_matches_transformers_generate(config_cls: Any, cpp: bool, impl: str) -> None:
     reference = tiny_model(config_cls)
-    ours, _ = run_all(torch_runner(config_cls, cpp=cpp), PROMPTS, budget=16)
+    ours, _ = run_all(torch_runner(config_cls, cpp=cpp, impl=impl), PROMPTS, budget=16)
     for prompt, tokens in zip(PROMPTS, ours, strict=True):
         assert tokens == generate(reference, prompt)

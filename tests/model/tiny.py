@@ -13,6 +13,7 @@ from atom.config import Settings
 from atom.events import SamplingParams, Submit
 from atom.model.kernels import PagedDecode, load_paged_decode
 from atom.model.kv_cache import KVCacheManager
+from atom.model.lean import lean_model
 from atom.model.runner import Runner
 from atom.model.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
@@ -44,10 +45,17 @@ def kernel() -> PagedDecode:
 
 
 def torch_runner(
-    config_cls: Any, num_blocks: int = 512, *, cpp: bool = False, **overrides: Any
+    config_cls: Any,
+    num_blocks: int = 512,
+    *,
+    cpp: bool = False,
+    impl: str = "transformers",
+    **overrides: Any,
 ) -> TorchRunner:
+    """A TorchRunner over a tiny model: transformers' classes or ATOM's own forward
+    (`impl`), decode attention by gather + SDPA or the C++ kernel (`cpp`)."""
     return TorchRunner(
-        tiny_model(config_cls, **overrides),
+        lean_model(tiny_model(config_cls, **overrides), impl),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=num_blocks,
