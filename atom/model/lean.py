@@ -69,6 +69,13 @@ def _fuse(projections: list[nn.Linear]) -> nn.Linear:
     return fused
 
 
+def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm; in float32 as one fused call, bit-identical to the module."""
+    if x.dtype != torch.float32:
+        return norm(x)  # type: ignore[no-any-return]  # it upcasts, then casts back first
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of x [tokens, heads, dim] (transformers' rotate_half convention)."""
     half = x.shape[-1] // 2
@@ -96,7 +103,8 @@ class LeanLayer(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step_meta: StepMeta
     ) -> torch.Tensor:
         tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(self.input_layernorm(x)).view(tokens, heads + 2 * kv_heads, -1)
+        h = _rms_norm(self.input_layernorm, x)
+        qkv = self.qkv_proj(h).view(tokens, heads + 2 * kv_heads, -1)
         qk = _rotate(qkv[:, : heads + kv_heads], cos, sin)
         out, _ = paged_attention(
             self,
@@ -108,7 +116,7 @@ class LeanLayer(nn.Module):
             step_meta=step_meta,
         )
         x = x + self.o_proj(out.reshape(tokens, heads * self.head_dim))
-        gate_up = self.gate_up_proj(self.post_attention_layernorm(x))
+        gate_up = self.gate_up_proj(_rms_norm(self.post_attention_layernorm, x))
         act = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
         return x + self.down_proj(act)
 
@@ -148,7 +156,7 @@ class LeanCausalLM(nn.Module):
         cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [tokens, 1, dim]
         for layer in self.layers:
             x = layer(x, cos, sin, step_meta)
-        logits = self.lm_head(self.norm(x[logits_to_keep]))
+        logits = self.lm_head(_rms_norm(self.norm, x[logits_to_keep]))
         return LeanOutput(logits=logits.unsqueeze(0))
 
 

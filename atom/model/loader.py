@@ -118,6 +118,7 @@ def load_runtime(settings: Settings) -> Runtime:
     """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
     import torch
 
+    from atom.model.int8 import quantize
     from atom.model.kernels import decode_kernel
     from atom.model.lean import lean_model
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
@@ -197,24 +198,3 @@ def kv_cache_bytes(settings: Settings, device: str) -> int:
         free, total = torch.cuda.mem_get_info(torch.device(device))
         return max(0, int(total * settings.gpu_memory_utilization) - (total - free))
     return CPU_KV_CACHE_BYTES
-
-
-def quantize(model: Any, method: str, device: str) -> None:
-    """Replace the model's Linear layers in place. `int8`: int8 weights with dynamic
-    activation quantization (torch's x86/fbgemm kernels; CPU only), ~4x fewer bytes read
-    per decode step than float32."""
-    import warnings
-
-    import torch
-
-    if method != "int8":
-        raise ValueError(f"unknown --quantization {method!r} (supported: int8)")
-    if not device.startswith("cpu"):
-        raise ValueError("--quantization int8 runs on CPU only; on CUDA use bfloat16")
-    if "x86" in torch.backends.quantized.supported_engines:
-        torch.backends.quantized.engine = "x86"
-    with warnings.catch_warnings():  # eager-mode quantization is deprecated, still shipped
-        warnings.simplefilter("ignore")
-        torch.ao.quantization.quantize_dynamic(
-            model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
-        )
