@@ -26,7 +26,7 @@ class Settings:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     quantization: str | None = None
-    attention_backend: str = "auto"
+    cpu_kernels: str = "auto"
     model_impl: str = "auto"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 ATTN_IMPLEMENTATION = "atom_paged"
+DecodeKernel = Callable[..., torch.Tensor]  # the paged_decode CPU kernel (atom.model.kernels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +96,7 @@ class KernelDecode:
     block_tables: torch.Tensor
     seq_lens: torch.Tensor
     block_size: int
-    kernel: Callable[..., torch.Tensor]
+    kernel: DecodeKernel
 
     def attend(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring

@@ -1,26 +1,37 @@
 """`--quantization int8`: int8 weights for CPU decode.
 
 Each Linear becomes an `Int8Linear`: weights quantized once, symmetric, one scale
-per output row; activations quantized per call (fbgemm/x86 dynamic kernels, with
-the 7-bit activation range those kernels need on AVX2). A decode step then reads
-a quarter of float32's weight bytes, which is what batch-1 decode is bound by.
-The op is called directly (not through torch.ao's module and op packet, whose
-Python checks cost ~6 µs a call, 120 calls a step).
+per output row. A decode step then reads a quarter of float32's weight bytes,
+which is what small-batch decode is bound by. Two kernels share those weights:
+
+- up to `GEMV_ROWS` activation rows (decode at batch 1-2), ATOM's `int8_linear`
+  CPU kernel when it is built: float activations, the int8 rows streamed once;
+- more rows, torch's fbgemm/x86 dynamic-quantization kernel: activations
+  quantized per call (7-bit range, as those kernels need on AVX2), integer
+  matrix products. It is called as the bare op: torch.ao's module and op packet
+  cost ~6 µs of Python checks a call, 120 calls a step.
+
+So outputs differ slightly with the batch size, as int8 outputs already did
+with the batch's activation range.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 METHODS = ("int8",)
+GEMV_ROWS = 2  # measured: the kernel wins at 1-2 rows (23 vs 16 GB/s), fbgemm from 4
+
+Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y
 
 
 class Int8Linear(nn.Module):
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, gemv: Gemv | None = None) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -33,28 +44,35 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float()
         self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
         self._op = torch.ops.quantized.linear_dynamic.default
+        self._gemv = gemv
+        if gemv is not None:  # the same int8 values, row-major, for the kernel
+            self._weight = qweight.int_repr().contiguous()
+            self._scale = scales.float().contiguous()
+            self._bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._gemv is not None and x.numel() <= GEMV_ROWS * self.in_features:
+            return self._gemv(x, self._weight, self._scale, self._bias)
         return self._op(x, self._packed, True)  # type: ignore[no-any-return]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
-def quantize(model: Any, method: str, device: str) -> None:
-    """Replace every nn.Linear of `model` in place."""
+def quantize(model: Any, method: str, device: str, gemv: Gemv | None = None) -> None:
+    """Replace every nn.Linear of `model` in place (`gemv`: the int8_linear kernel)."""
     if method not in METHODS:
         raise ValueError(f"unknown --quantization {method!r} (supported: int8)")
     if not device.startswith("cpu"):
         raise ValueError("--quantization int8 runs on CPU only; on CUDA use bfloat16")
     if "x86" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "x86"
-    _replace(model)
+    _replace(model, gemv)
 
 
-def _replace(module: nn.Module) -> None:
+def _replace(module: nn.Module, gemv: Gemv | None) -> None:
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear(child))
+            setattr(module, name, Int8Linear(child, gemv))
         else:
-            _replace(child)
+            _replace(child, gemv)

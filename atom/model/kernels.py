@@ -1,9 +1,14 @@
-"""Native CPU kernels, compiled on first use with torch's C++ extension loader.
+"""ATOM's native CPU kernels, compiled on first use with torch's C++ extension loader.
 
-`paged_decode` (csrc/paged_decode.cpp) attends one query token per sequence
-straight from the paged KV cache. The torch fallback gathers each sequence's
-K/V into a padded tensor first: at 16 sequences of 256 tokens that gather plus
-SDPA costs ~2x the kernel per layer (docs/performance.md).
+`csrc/cpu_ops.cpp` holds two float32 kernels:
+
+- `paged_decode` attends one query token per sequence straight from the paged KV
+  cache. The torch fallback gathers each sequence's K/V into a padded tensor
+  first: at 16 sequences of 256 tokens that gather plus SDPA cost ~2x the kernel
+  per layer (docs/performance.md).
+- `int8_linear` multiplies up to 4 activation rows by int8 weights with one scale
+  per output row, streaming the weights once; at batch 1 it reads them at about
+  twice the rate of torch's int8 (fbgemm) and float32 (MKL) kernels here.
 
 The build (~30 s, once per machine and source version) lands under
 `<cache_dir>/kernels`; it is tuned for the host CPU (`-march=native`), so the
@@ -15,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +27,20 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "paged_decode.cpp"
+SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]  # fast-math: vector expf
-BACKENDS = ("auto", "torch", "cpp")
-
-PagedDecode = Callable[..., Any]
+MODES = ("auto", "on", "off")
 
 
-def load_paged_decode(cache_dir: str) -> PagedDecode:
-    """Build (or reuse) and import the kernel; raises when there is no compiler."""
+def load_cpu_ops(cache_dir: str) -> Any:
+    """Build (or reuse) and import the kernels module; raises when there is no compiler."""
     from torch.utils.cpp_extension import load
 
     _ensure_ninja()
-    name = f"atom_paged_decode_{_cpu_fingerprint()}"
+    name = f"atom_cpu_ops_{_fingerprint()}"
     build = Path(cache_dir) / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
-    module = load(
+    return load(
         name=name,
         sources=[str(SOURCE)],
         extra_cflags=CFLAGS,
@@ -46,29 +48,28 @@ def load_paged_decode(cache_dir: str) -> PagedDecode:
         build_directory=str(build),
         verbose=False,
     )
-    return module.paged_decode  # type: ignore[no-any-return]
 
 
-def decode_kernel(backend: str, *, device: str, dtype: Any, cache_dir: str) -> PagedDecode | None:
-    """The kernel the runner should use for decode attention, or None for the torch path.
+def cpu_ops(mode: str, *, device: str, dtype: Any, cache_dir: str) -> Any | None:
+    """The kernels module the runner should use, or None for torch's own operators.
 
-    `auto`: the kernel on CPU float32 when it builds, else torch (with a warning);
-    `cpp`: the kernel or a start-up error; `torch`: never the kernel."""
+    `auto`: the kernels on CPU float32 when they build, else torch (with a warning);
+    `on`: the kernels or a start-up error; `off`: never."""
     import torch
 
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown --attention-backend {backend!r} (one of {', '.join(BACKENDS)})")
+    if mode not in MODES:
+        raise ValueError(f"unknown --cpu-kernels {mode!r} (one of {', '.join(MODES)})")
     usable = device.startswith("cpu") and dtype == torch.float32
-    if backend == "torch" or (backend == "auto" and not usable):
+    if mode == "off" or (mode == "auto" and not usable):
         return None
     if not usable:
-        raise ValueError("--attention-backend cpp needs --device cpu and float32")
+        raise ValueError("--cpu-kernels on needs --device cpu and float32")
     try:
-        return load_paged_decode(cache_dir)
+        return load_cpu_ops(cache_dir)
     except Exception as error:
-        if backend == "cpp":
+        if mode == "on":
             raise
-        log.warning("cpu_kernel_unavailable", error=str(error)[:500], fallback="torch")
+        log.warning("cpu_kernels_unavailable", error=str(error)[:500], fallback="torch")
         return None
 
 
@@ -80,7 +81,7 @@ def _ensure_ninja() -> None:
         os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def _cpu_fingerprint() -> str:
+def _fingerprint() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -119,7 +119,7 @@ def load_runtime(settings: Settings) -> Runtime:
     import torch
 
     from atom.model.int8 import quantize
-    from atom.model.kernels import decode_kernel
+    from atom.model.kernels import cpu_ops
     from atom.model.lean import lean_model
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
@@ -134,9 +134,17 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=getattr(torch, dtype_name),
         max_model_len=settings.max_model_len,
     )
+    ops = cpu_ops(
+        settings.cpu_kernels,
+        device=device,
+        dtype=getattr(torch, dtype_name),
+        cache_dir=settings.cache_dir,
+    )
     model = lean_model(loaded.model, settings.model_impl)
     if settings.quantization is not None:
-        quantize(model, settings.quantization, device)
+        quantize(
+            model, settings.quantization, device, gemv=None if ops is None else ops.int8_linear
+        )
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = kv_cache_bytes(settings, device) // per_block
     if num_blocks * settings.block_size < loaded.max_model_len:
@@ -144,12 +152,6 @@ def load_runtime(settings: Settings) -> Runtime:
             f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
             f"max_model_len {loaded.max_model_len}: raise --kv-cache-memory-bytes"
         )
-    kernel = decode_kernel(
-        settings.attention_backend,
-        device=device,
-        dtype=getattr(torch, dtype_name),
-        cache_dir=settings.cache_dir,
-    )
     runner = TorchRunner(
         model,
         eos_token_ids=eos_token_ids(loaded),
@@ -157,7 +159,7 @@ def load_runtime(settings: Settings) -> Runtime:
         num_blocks=num_blocks,
         block_size=settings.block_size,
         tokenizer=loaded.tokenizer,
-        decode_kernel=kernel,
+        decode_kernel=None if ops is None else ops.paged_decode,
     )
     log.info(
         "model_loaded",
@@ -166,7 +168,7 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=dtype_name,
         kv_cache_bytes=num_blocks * per_block,
         model_impl="transformers" if model is loaded.model else "atom",
-        decode_attention="torch" if kernel is None else "cpp",
+        cpu_kernels=ops is not None,
     )
     return Runtime(
         runner=runner,

@@ -10,13 +10,13 @@ import torch
 from atom.model.attention import (
     ATTN_IMPLEMENTATION,
     DecodeGroup,
+    DecodeKernel,
     GatherDecode,
     KernelDecode,
     PrefillSlice,
     StepMeta,
 )
 from atom.model.grammar import GrammarMatchers
-from atom.model.kernels import PagedDecode
 from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan, slot_of
 from atom.model.sampler import Sampled, prompt_logprobs, sample
@@ -42,7 +42,7 @@ class TorchRunner:
         num_blocks: int,
         block_size: int,
         tokenizer: Any = None,
-        decode_kernel: PagedDecode | None = None,
+        decode_kernel: DecodeKernel | None = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model

@@ -1,4 +1,5 @@
-"""The C++ paged decode kernel against the torch gather path on random paged caches."""
+"""ATOM's CPU kernels against torch: paged decode attention vs the gather path on random
+paged caches, int8_linear vs the float product of the dequantized weights."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import torch
 
 from atom.config import Settings
 from atom.model.attention import GatherDecode, KernelDecode, Scoring
-from atom.model.kernels import decode_kernel, load_paged_decode
+from atom.model.kernels import cpu_ops
+from tests.model.tiny import cpu_ops as built_ops
 
 
 @pytest.mark.parametrize(("window", "softcap"), [(None, None), (7, None), (None, 2.0), (20, 3.0)])
@@ -55,7 +57,7 @@ def test_kernel_matches_gather_then_sdpa(
         block_tables=torch.tensor(padded_tables),
         seq_lens=torch.tensor(lengths),
         block_size=block_size,
-        kernel=load_paged_decode(Settings().cache_dir),
+        kernel=built_ops().paged_decode,
     )
     how = Scoring(scale=dim**-0.5, window=window, softcap=softcap)
     expected = gather.attend(q, k_cache, v_cache, how)
@@ -63,12 +65,34 @@ def test_kernel_matches_gather_then_sdpa(
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_backend_choice() -> None:
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize(("in_features", "out_features", "bias"), [(64, 48, False), (77, 33, True)])
+def test_int8_linear_matches_dequantized_float(
+    rows: int, in_features: int, out_features: int, bias: bool
+) -> None:
+    gen = torch.Generator().manual_seed(rows * in_features)
+    weight = torch.randint(-127, 128, (out_features, in_features), dtype=torch.int8, generator=gen)
+    scale = torch.rand(out_features, generator=gen) / 50
+    b = torch.randn(out_features, generator=gen) if bias else None
+    x = torch.randn(1, rows, in_features, generator=gen)  # leading dims are kept
+    expected = x @ (weight.float() * scale[:, None]).T + (0 if b is None else b)
+    got = built_ops().int8_linear(x, weight, scale, b)
+    assert got.shape == (1, rows, out_features)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_linear_refuses_more_than_four_rows() -> None:
+    weight = torch.zeros(8, 32, dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="at most 4 rows"):
+        built_ops().int8_linear(torch.zeros(5, 32), weight, torch.ones(8), None)
+
+
+def test_mode_choice() -> None:
     cache = Settings().cache_dir
-    assert decode_kernel("torch", device="cpu", dtype=torch.float32, cache_dir=cache) is None
-    assert decode_kernel("auto", device="cpu", dtype=torch.bfloat16, cache_dir=cache) is None
-    assert decode_kernel("auto", device="cpu", dtype=torch.float32, cache_dir=cache) is not None
-    with pytest.raises(ValueError, match="attention-backend"):
-        decode_kernel("flash", device="cpu", dtype=torch.float32, cache_dir=cache)
+    assert cpu_ops("off", device="cpu", dtype=torch.float32, cache_dir=cache) is None
+    assert cpu_ops("auto", device="cpu", dtype=torch.bfloat16, cache_dir=cache) is None
+    assert cpu_ops("auto", device="cpu", dtype=torch.float32, cache_dir=cache) is not None
+    with pytest.raises(ValueError, match="cpu-kernels"):
+        cpu_ops("fast", device="cpu", dtype=torch.float32, cache_dir=cache)
     with pytest.raises(ValueError, match="float32"):
-        decode_kernel("cpp", device="cpu", dtype=torch.bfloat16, cache_dir=cache)
+        cpu_ops("on", device="cpu", dtype=torch.bfloat16, cache_dir=cache)

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from atom.config import Settings
 from atom.events import SamplingParams, Submit
-from atom.model.kernels import PagedDecode, load_paged_decode
+from atom.model.kernels import load_cpu_ops
 from atom.model.kv_cache import KVCacheManager
 from atom.model.lean import lean_model
 from atom.model.runner import Runner
@@ -40,8 +40,9 @@ def tiny_model(config_cls: Any, **overrides: Any) -> Any:
 
 
 @functools.cache
-def kernel() -> PagedDecode:
-    return load_paged_decode(Settings().cache_dir)
+def cpu_ops() -> Any:
+    """ATOM's CPU kernels, built once per machine into the default cache dir."""
+    return load_cpu_ops(Settings().cache_dir)
 
 
 def torch_runner(
@@ -60,7 +61,7 @@ def torch_runner(
         max_model_len=256,
         num_blocks=num_blocks,
         block_size=BLOCK,
-        decode_kernel=kernel() if cpp else None,
+        decode_kernel=cpu_ops().paged_decode if cpp else None,
     )
 
 
