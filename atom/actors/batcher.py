@@ -1,7 +1,7 @@
 """Batcher: the one actor that owns the model runner and the scheduler.
 
 Loop: apply aborts → admit queued requests while sequences are free → plan one
-step → run it in a worker thread (HTTP stays responsive) → publish sampled
+step → run it on the device thread (HTTP stays responsive) → publish sampled
 tokens to each request's Outbox. New requests join the running batch at step
 boundaries (continuous batching). The submit queue is bounded: when it is full
 `submit_nowait` raises Overloaded and the client gets a 429.
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
+from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.errors import AtomError, Overloaded
 from atom.events import (
@@ -55,6 +56,7 @@ class Batcher:
         *,
         publish: Callable[[Event], Envelope],
         max_queued_requests: int,
+        device: DeviceThread,
     ) -> None:
         self._runner = runner
         self._scheduler = scheduler
@@ -66,7 +68,7 @@ class Batcher:
         self._next: tuple[Submit, Outbox] | None = None  # pulled from the queue, not admitted
         self._running: dict[str, _Admitted] = {}
         self._wake = trio.Event()
-        self._limiter = trio.CapacityLimiter(1)
+        self._device = device  # every runner call happens on this one thread
         self._num_steps = 0
 
     # --- called by request actors (same Trio thread) ---------------------------
@@ -107,7 +109,7 @@ class Batcher:
                 await self._wake.wait()
                 continue
             stats = self._scheduler.stats
-            sampled = await trio.to_thread.run_sync(self._runner.step, plan, limiter=self._limiter)
+            sampled = await self._device.run_sync(self._runner.step, plan)
             self._num_steps += 1
             for output in self._scheduler.update(plan, sampled):
                 self._deliver(output)

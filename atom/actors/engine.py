@@ -20,6 +20,7 @@ import trio
 
 from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
+from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
 from atom.config import Settings
 from atom.errors import EngineFailed
@@ -70,6 +71,7 @@ class Engine:
         self.bus.subscribe(self.metrics.apply)
         self.core: EngineCore | None = None
         self.created = int(clock())
+        self._device = DeviceThread()  # loads the model, then runs every step
 
     @property
     def is_ready(self) -> bool:
@@ -83,12 +85,15 @@ class Engine:
                 self.bus.subscribe(logger.log_nowait)
             task_status.started()
             try:
-                runtime = await trio.to_thread.run_sync(self._load, self.settings)
+                runtime = await self._device.run_sync(self._load, self.settings)
             except Exception:
                 log.critical("model_load_failed", model=self.settings.model, exc_info=True)
                 self._on_fatal()
                 return
-            await self._serve(runtime)
+            try:
+                await self._serve(runtime)
+            finally:
+                self._device.close()
 
     async def _serve(self, runtime: Runtime) -> None:
         s = self.settings
@@ -110,6 +115,7 @@ class Engine:
             scheduler,
             publish=self.bus.publish,
             max_queued_requests=s.max_queued_requests,
+            device=self._device,
         )
         self.core = EngineCore(
             bus=self.bus,

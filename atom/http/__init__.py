@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 
-# Before torch loads: idle OpenMP workers keep spinning between the many small
-# parallel regions of a decode step. Measured here (bench.run, 2 cores): ACTIVE
-# decodes ~1.7x faster at concurrency 1 than PASSIVE, and stays faster at 16.
+# Before torch loads: OpenMP workers keep spinning between the many small parallel
+# regions of a step (ACTIVE), but only for ~1 s after the last one (the spin
+# count; ACTIVE alone spins for minutes, a whole core of an idle server).
+# Measured here, int8 through the server: c=16 439 tokens/s against 355 with the
+# default policy; docs/configuration.md.
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
+os.environ.setdefault("GOMP_SPINCOUNT", "30000000")
 
 from atom.config import Settings
 from atom.http.app import AtomApp, create_app

@@ -5,6 +5,7 @@ import trio.testing
 
 from atom.actors.batcher import Batcher
 from atom.actors.bus import EventBus
+from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.errors import EngineFailed, Overloaded
 from atom.events import Abort, Envelope, RequestReleased, SamplingParams, Submit, TokensSampled
@@ -28,7 +29,14 @@ def make(
         eos_token_ids=runner.eos_token_ids,
         max_model_len=512,
     )
-    return Batcher(runner, scheduler, publish=bus.publish, max_queued_requests=max_queued), seen
+    batcher = Batcher(
+        runner,
+        scheduler,
+        publish=bus.publish,
+        max_queued_requests=max_queued,
+        device=DeviceThread(),
+    )
+    return batcher, seen
 
 
 def submit(rid: str, n: int = 1, prompt: tuple[int, ...] = (5, 6, 7)) -> Submit:

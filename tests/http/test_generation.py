@@ -88,12 +88,13 @@ async def test_disconnected_streams_leave_no_trace_within_half_a_second(tokenize
 async def test_health_is_503_until_the_model_is_loaded(tokenizer: Any) -> None:
     loaded = trio.Event()
     inner = fake_loader(tokenizer)
+    token = trio.lowlevel.current_trio_token()  # the load runs on the engine's device thread
 
     def slow_load(settings: Settings) -> Runtime:
-        trio.from_thread.run(loaded.wait)
+        trio.from_thread.run(loaded.wait, trio_token=token)
         return inner(settings)
 
-    app = create_app(Settings(), load=slow_load)
+    app = create_app(Settings(), load=slow_load, on_fatal=lambda: None)
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         early = await client.get("/health")
         early_chat = await client.post("/v1/chat/completions", json=CHAT)

@@ -1,0 +1,46 @@
+"""DeviceThread: every job runs on the same OS thread, results and errors come back,
+and a cancelled caller still waits for its job to finish."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+from atom.actors.device import DeviceThread
+
+
+async def test_jobs_run_in_order_on_one_thread() -> None:
+    device = DeviceThread()
+    threads = [await device.run_sync(threading.get_ident) for _ in range(5)]
+    assert len(set(threads)) == 1
+    assert threads[0] != threading.get_ident()
+    assert await device.run_sync(pow, 2, 10) == 1024
+    device.close()
+
+
+async def test_errors_are_raised_in_the_caller() -> None:
+    device = DeviceThread()
+    with pytest.raises(ZeroDivisionError):
+        await device.run_sync(lambda: 1 / 0)
+    assert await device.run_sync(lambda: "still serving") == "still serving"
+    device.close()
+
+
+async def test_a_cancelled_caller_waits_for_its_job() -> None:
+    device = DeviceThread()
+    release = threading.Event()
+    finished: list[bool] = []
+
+    def job() -> None:
+        release.wait(5)
+        finished.append(True)
+
+    threading.Timer(0.2, release.set).start()  # the job ends well after the deadline
+    with trio.move_on_after(0.05) as scope:
+        await device.run_sync(job)
+        assert finished == [True]  # run_sync returned only once the job had ended
+        await trio.lowlevel.checkpoint()  # where the deadline is delivered
+    assert scope.cancel_called and scope.cancelled_caught
+    device.close()
