@@ -71,7 +71,6 @@ class Engine:
         self.bus.subscribe(self.metrics.apply)
         self.core: EngineCore | None = None
         self.created = int(clock())
-        self._device = DeviceThread()  # loads the model, then runs every step
 
     @property
     def is_ready(self) -> bool:
@@ -84,18 +83,19 @@ class Engine:
                 await nursery.start(logger.run)
                 self.bus.subscribe(logger.log_nowait)
             task_status.started()
+            device = DeviceThread()  # loads the model, then runs every step
             try:
-                runtime = await self._device.run_sync(self._load, self.settings)
-            except Exception:
-                log.critical("model_load_failed", model=self.settings.model, exc_info=True)
-                self._on_fatal()
-                return
-            try:
-                await self._serve(runtime)
+                try:
+                    runtime = await device.run_sync(self._load, self.settings)
+                except Exception:
+                    log.critical("model_load_failed", model=self.settings.model, exc_info=True)
+                    self._on_fatal()
+                    return
+                await self._serve(runtime, device)
             finally:
-                self._device.close()
+                device.close()
 
-    async def _serve(self, runtime: Runtime) -> None:
+    async def _serve(self, runtime: Runtime, device: DeviceThread) -> None:
         s = self.settings
         runner = runtime.runner
         kv = KVCacheManager(
@@ -115,7 +115,7 @@ class Engine:
             scheduler,
             publish=self.bus.publish,
             max_queued_requests=s.max_queued_requests,
-            device=self._device,
+            device=device,
         )
         self.core = EngineCore(
             bus=self.bus,

@@ -2,7 +2,8 @@
 
 Each Linear becomes an `Int8Linear`: weights quantized once, symmetric, one scale
 per output row. A decode step then reads a quarter of float32's weight bytes,
-which is what small-batch decode is bound by. Two kernels share those weights:
+which is what small-batch decode is bound by. Two kernels run them, each from
+its own copy (with the C++ kernels the int8 weights are held twice):
 
 - up to `GEMV_ROWS` activation rows (decode at batch 1-2), ATOM's `int8_linear`
   CPU kernel when it is built: float activations, the int8 rows streamed once;

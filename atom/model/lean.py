@@ -127,7 +127,6 @@ class LeanCausalLM(nn.Module):
     def __init__(self, model: Any) -> None:
         super().__init__()
         self.config = model.config
-        self.generation_config = model.generation_config
         inner = model.model
         self.embed_tokens = inner.embed_tokens
         self.rotary_emb = inner.rotary_emb
