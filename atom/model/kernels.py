@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ def load_cpu_ops(cache_dir: str) -> Any:
     name = f"atom_cpu_ops_{_fingerprint()}"
     build = Path(cache_dir) / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
+    _drop_stale_lock(build / "lock")
     return load(
         name=name,
         sources=[str(SOURCE)],
@@ -71,6 +73,17 @@ def cpu_ops(mode: str, *, device: str, dtype: Any, cache_dir: str) -> Any | None
             raise
         log.warning("cpu_kernels_unavailable", error=str(error)[:500], fallback="torch")
         return None
+
+
+def _drop_stale_lock(lock: Path, max_age_s: float = 600.0) -> None:
+    """torch's loader waits forever on the lock file of a build that was killed;
+    a build takes ~30 s, so a lock older than `max_age_s` is a leftover."""
+    try:
+        if time.time() - lock.stat().st_mtime > max_age_s:
+            lock.unlink(missing_ok=True)
+            log.warning("cpu_kernels_stale_lock_removed", lock=str(lock))
+    except FileNotFoundError:
+        pass
 
 
 def _ensure_ninja() -> None:

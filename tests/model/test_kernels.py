@@ -3,12 +3,16 @@ paged caches, int8_linear vs the float product of the dequantized weights."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
 from atom.config import Settings
 from atom.model.attention import GatherDecode, KernelDecode, Scoring
-from atom.model.kernels import cpu_ops
+from atom.model.kernels import _drop_stale_lock, cpu_ops
 from tests.model.tiny import cpu_ops as built_ops
 
 
@@ -96,3 +100,14 @@ def test_mode_choice() -> None:
         cpu_ops("fast", device="cpu", dtype=torch.float32, cache_dir=cache)
     with pytest.raises(ValueError, match="float32"):
         cpu_ops("on", device="cpu", dtype=torch.bfloat16, cache_dir=cache)
+
+
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path: Path) -> None:
+    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
+    stale.touch()
+    fresh.touch()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    _drop_stale_lock(stale)
+    _drop_stale_lock(fresh)
+    _drop_stale_lock(tmp_path / "missing")
+    assert not stale.exists() and fresh.exists()
