@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -24,6 +25,12 @@ class Server:
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a non-streaming chat completion that must succeed; its JSON body."""
+        r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
 
 
 def free_port() -> int:

@@ -15,10 +15,7 @@ Q = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def chat(server: Server, **body: Any) -> dict[str, Any]:
-    body = {"messages": Q, "temperature": 0, "max_tokens": 12, **body}
-    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return server.chat({"messages": Q, "temperature": 0, "max_tokens": 12, **body})
 
 
 def complete(server: Server, prompt: Any, **body: Any) -> dict[str, Any]:

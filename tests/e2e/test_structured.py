@@ -49,10 +49,7 @@ ASK = [{"role": "user", "content": "Describe a person who lives in Paris, as JSO
 
 
 def chat(server: Server, **body: Any) -> dict[str, Any]:
-    body = {"messages": ASK, "temperature": 0, "max_tokens": 120, **body}
-    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return server.chat({"messages": ASK, "temperature": 0, "max_tokens": 120, **body})
 
 
 def text(doc: dict[str, Any]) -> str:
