@@ -121,6 +121,10 @@ class StepMeta:
     prefills: tuple[PrefillSlice, ...]
     decode: DecodeGroup | None
 
+    def layer_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim]."""
+        return self.kv_cache[layer, 0], self.kv_cache[layer, 1]
+
 
 def paged_attention(
     module: torch.nn.Module,
@@ -141,19 +145,29 @@ def paged_attention(
         window=sliding_window,
         softcap=softcap,
     )
-    layer = int(module.layer_idx)  # type: ignore[arg-type]
-    k_cache, v_cache = step_meta.kv_cache[layer, 0], step_meta.kv_cache[layer, 1]
+    k_cache, v_cache = step_meta.layer_cache(int(module.layer_idx))  # type: ignore[arg-type]
     k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1))
     v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1))
-    out = torch.empty_like(query)
-    for s in step_meta.prefills:
-        q_slice = slice(s.q_start, s.q_start + s.q_len)
-        out[:, :, q_slice] = _prefill(query[:, :, q_slice], k_cache, v_cache, s, how)
-    if step_meta.decode is not None:
-        d = step_meta.decode
-        q = query[0, :, d.q_idx].transpose(0, 1)  # [batch, heads, dim]
-        out[0, :, d.q_idx] = d.attend(q, k_cache, v_cache, how).transpose(0, 1)
-    return out.transpose(1, 2), None
+    out = attend_written(query[0].transpose(0, 1), k_cache, v_cache, step_meta, how)
+    return out.unsqueeze(0), None
+
+
+def attend_written(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMeta, how: Scoring
+) -> torch.Tensor:
+    """Attention of the step's queries q [tokens, heads, dim] (rows may be strided) over
+    one layer's cache, which already holds this step's K/V; returns [tokens, heads, dim]."""
+    d = meta.decode
+    if d is not None and not meta.prefills:  # all rows decode, in order: no scatter
+        return d.attend(q, k_cache, v_cache, how)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    for s in meta.prefills:
+        rows = slice(s.q_start, s.q_start + s.q_len)
+        q_slice = q[rows].transpose(0, 1).unsqueeze(0)
+        out[rows] = _prefill(q_slice, k_cache, v_cache, s, how)[0].transpose(0, 1)
+    if d is not None:
+        out[d.q_idx] = d.attend(q[d.q_idx], k_cache, v_cache, how)
+    return out
 
 
 def _prefill(

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
-METHODS = ("int8",)
 GEMV_ROWS = 2  # measured: the kernel wins at 1-2 rows (23 vs 16 GB/s), fbgemm from 4
 
 Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y
@@ -58,22 +56,3 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
-
-
-def quantize(model: Any, method: str, device: str, gemv: Gemv | None = None) -> None:
-    """Replace every nn.Linear of `model` in place (`gemv`: the int8_linear kernel)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown --quantization {method!r} (supported: int8)")
-    if not device.startswith("cpu"):
-        raise ValueError("--quantization int8 runs on CPU only; on CUDA use bfloat16")
-    if "x86" in torch.backends.quantized.supported_engines:
-        torch.backends.quantized.engine = "x86"
-    _replace(model, gemv)
-
-
-def _replace(module: nn.Module, gemv: Gemv | None) -> None:
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear(child, gemv))
-        else:
-            _replace(child, gemv)

@@ -28,7 +28,8 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = tuple(CSRC / name for name in ("attention.cpp", "linear.cpp", "layer.cpp", "module.cpp"))
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]  # fast-math: vector expf
 MODES = ("auto", "on", "off")
 
@@ -44,7 +45,7 @@ def load_cpu_ops(cache_dir: str) -> Any:
     _drop_stale_lock(build / "lock")
     return load(
         name=name,
-        sources=[str(SOURCE)],
+        sources=[str(path) for path in SOURCES],
         extra_cflags=CFLAGS,
         extra_ldflags=["-fopenmp"],  # resolves to the libgomp torch already loaded
         build_directory=str(build),
@@ -100,5 +101,5 @@ def _fingerprint() -> str:
     except OSError:
         text = ""
     flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in (*SOURCES, CSRC / "ops.h"))
     return hashlib.sha256(flags.encode() + source + " ".join(CFLAGS).encode()).hexdigest()[:12]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.model.attention import ATTN_IMPLEMENTATION, StepMeta, paged_attention
+from atom.model.attention import ATTN_IMPLEMENTATION, Scoring, StepMeta, attend_written
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 IMPLEMENTATIONS = ("auto", "atom", "transformers")
@@ -69,72 +69,109 @@ def _fuse(projections: list[nn.Linear]) -> nn.Linear:
     return fused
 
 
-def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
-    """The model's RMSNorm; in float32 as one fused call, bit-identical to the module."""
-    if x.dtype != torch.float32:
-        return norm(x)  # type: ignore[no-any-return]  # it upcasts, then casts back first
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+class TorchOps:
+    """The fused operators of a layer written with torch's own (any device and dtype).
+    `atom.model.kernels` provides the same three functions as single CPU calls."""
 
+    @staticmethod
+    def add_rms_norm(
+        x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """x += delta in place; returns the RMSNorm of x (transformers' arithmetic)."""
+        if delta is not None:
+            x.add_(delta)
+        if x.dtype == torch.float32:  # one fused call, bit-identical to the module
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype)
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of x [tokens, heads, dim] (transformers' rotate_half convention)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    @staticmethod
+    def rope_write(
+        qkv: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
+        heads: int,
+        kv_heads: int,
+    ) -> None:
+        """Rotate q/k heads of qkv [tokens, (heads + 2 kv_heads) * dim] in place by
+        cos/sin [tokens, dim] (rotate_half convention); write K/V to the cache rows."""
+        x = qkv.view(qkv.shape[0], heads + 2 * kv_heads, -1)
+        qk = x[:, : heads + kv_heads]
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
+        qk.copy_(qk * cos[:, None] + rotated)
+        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads])
+        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :])
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        half = gate_up.shape[-1] // 2
+        return F.silu(gate_up[:, :half]) * gate_up[:, half:]
 
 
 class LeanLayer(nn.Module):
-    def __init__(self, layer: Any, layer_idx: int, config: Any) -> None:
+    def __init__(self, layer: Any, layer_idx: int, config: Any, ops: Any) -> None:
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
-        self.layer_idx = layer_idx  # paged_attention finds this layer's cache by it
+        self.layer_idx = layer_idx  # the layer's cache in the step's KV tensor
         self.num_heads = int(config.num_attention_heads)
         self.num_kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(attn.head_dim)
-        self.scaling = float(attn.scaling)
-        self.intermediate = int(mlp.gate_proj.out_features)
+        self.how = Scoring(scale=float(attn.scaling))
         self.input_layernorm = layer.input_layernorm
         self.post_attention_layernorm = layer.post_attention_layernorm
         self.qkv_proj = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         self.o_proj = attn.o_proj
         self.gate_up_proj = _fuse([mlp.gate_proj, mlp.up_proj])
         self.down_proj = mlp.down_proj
+        self.ops = ops
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step_meta: StepMeta
+        self,
+        x: torch.Tensor,
+        delta: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        step_meta: StepMeta,
     ) -> torch.Tensor:
-        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        h = _rms_norm(self.input_layernorm, x)
-        qkv = self.qkv_proj(h).view(tokens, heads + 2 * kv_heads, -1)
-        qk = _rotate(qkv[:, : heads + kv_heads], cos, sin)
-        out, _ = paged_attention(
-            self,
-            qk[:, :heads].transpose(0, 1).unsqueeze(0),
-            qk[:, heads:].transpose(0, 1).unsqueeze(0),
-            qkv[:, heads + kv_heads :].transpose(0, 1).unsqueeze(0),
-            None,
-            scaling=self.scaling,
-            step_meta=step_meta,
+        """Adds the previous layer's `delta` into the residual stream x [tokens, hidden]
+        in place, and returns this layer's own delta (its MLP output)."""
+        ops, tokens, heads = self.ops, x.shape[0], self.num_heads
+        norm = self.input_layernorm
+        qkv = self.qkv_proj(ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon))
+        k_cache, v_cache = step_meta.layer_cache(self.layer_idx)
+        ops.rope_write(
+            qkv, cos, sin, k_cache, v_cache, step_meta.write_slots, heads, self.num_kv_heads
         )
-        x = x + self.o_proj(out.reshape(tokens, heads * self.head_dim))
-        gate_up = self.gate_up_proj(_rms_norm(self.post_attention_layernorm, x))
-        act = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
-        return x + self.down_proj(act)
+        q = qkv.view(tokens, -1, self.head_dim)[:, :heads]
+        out = attend_written(q, k_cache, v_cache, step_meta, self.how)
+        norm = self.post_attention_layernorm
+        h = ops.add_rms_norm(
+            x, self.o_proj(out.reshape(tokens, -1)), norm.weight, norm.variance_epsilon
+        )
+        return self.down_proj(ops.silu_mul(self.gate_up_proj(h)))  # type: ignore[no-any-return]
 
 
 class LeanCausalLM(nn.Module):
-    """Takes over `model`'s embeddings, norms, rotary module and (fused) projections."""
+    """Takes over `model`'s embeddings, norms, rotary module and (fused) projections;
+    `ops` runs the small operators (`TorchOps`, or the CPU kernels module)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, ops: Any = TorchOps) -> None:
         super().__init__()
         self.config = model.config
         inner = model.model
         self.embed_tokens = inner.embed_tokens
         self.rotary_emb = inner.rotary_emb
         self.layers = nn.ModuleList(
-            LeanLayer(layer, i, model.config) for i, layer in enumerate(inner.layers)
+            LeanLayer(layer, i, model.config, ops) for i, layer in enumerate(inner.layers)
         )
         self.norm = inner.norm
         self.lm_head = model.lm_head
+        self.ops = ops
 
     def set_attn_implementation(self, name: str) -> None:
         if name != ATTN_IMPLEMENTATION:
@@ -152,15 +189,18 @@ class LeanCausalLM(nn.Module):
         """The runner's call: input_ids/position_ids [1, tokens]; logits of the kept rows."""
         x = self.embed_tokens(input_ids[0])
         cos, sin = self.rotary_emb(x, position_ids)
-        cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [tokens, 1, dim]
+        cos, sin = cos[0].contiguous(), sin[0].contiguous()  # [tokens, dim]
+        delta = None
         for layer in self.layers:
-            x = layer(x, cos, sin, step_meta)
-        logits = self.lm_head(_rms_norm(self.norm, x[logits_to_keep]))
+            delta = layer(x, delta, cos, sin, step_meta)
+        h = self.ops.add_rms_norm(x, delta, self.norm.weight, self.norm.variance_epsilon)
+        logits = self.lm_head(h[logits_to_keep])
         return LeanOutput(logits=logits.unsqueeze(0))
 
 
-def lean_model(model: Any, implementation: str) -> Any:
-    """`model` itself, or the ATOM forward over its weights, per `--model-impl`."""
+def lean_model(model: Any, implementation: str, kernels: Any = None) -> Any:
+    """`model` itself, or the ATOM forward over its weights, per `--model-impl`
+    (`kernels`: the CPU kernels module for its small operators; None: torch's)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"unknown --model-impl {implementation!r} (one of {', '.join(IMPLEMENTATIONS)})"
@@ -169,7 +209,7 @@ def lean_model(model: Any, implementation: str) -> Any:
         return model
     reason = unsupported_reason(model)
     if reason is None:
-        return LeanCausalLM(model).eval()
+        return LeanCausalLM(model, kernels or TorchOps).eval()
     if implementation == "atom":
         raise ValueError(f"--model-impl atom cannot run this model: {reason}")
     return model

@@ -118,9 +118,9 @@ def load_runtime(settings: Settings) -> Runtime:
     """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
     import torch
 
-    from atom.model.int8 import quantize
     from atom.model.kernels import cpu_ops
     from atom.model.lean import lean_model
+    from atom.model.quantization import quantize
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     if settings.num_threads:
@@ -140,11 +140,9 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=getattr(torch, dtype_name),
         cache_dir=settings.cache_dir,
     )
-    model = lean_model(loaded.model, settings.model_impl)
+    model = lean_model(loaded.model, settings.model_impl, kernels=ops)
     if settings.quantization is not None:
-        quantize(
-            model, settings.quantization, device, gemv=None if ops is None else ops.int8_linear
-        )
+        quantize(model, settings.quantization, device, kernels=ops)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = kv_cache_bytes(settings, device) // per_block
     if num_blocks * settings.block_size < loaded.max_model_len:

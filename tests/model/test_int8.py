@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from atom.model.int8 import Int8Linear, quantize
+from atom.model.int8 import Int8Linear
 from atom.model.lean import lean_model
+from atom.model.quantization import quantize
 from tests.model.tiny import tiny_model
 
 
@@ -43,7 +44,7 @@ def test_quantized_logits_stay_close_to_float() -> None:
 
 def test_quantize_refuses_unknown_methods_and_cuda() -> None:
     model = tiny_model(LlamaConfig)
-    with pytest.raises(ValueError, match="int4"):
-        quantize(model, "int4", "cpu")
+    with pytest.raises(ValueError, match="int3"):
+        quantize(model, "int3", "cpu")
     with pytest.raises(ValueError, match="CPU only"):
         quantize(model, "int8", "cuda")

@@ -1,5 +1,6 @@
 """ATOM's CPU kernels against torch: paged decode attention vs the gather path on random
-paged caches, int8_linear vs the float product of the dequantized weights."""
+paged caches, int8_linear vs the float product of the dequantized weights, the fused
+layer operators vs `TorchOps`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from atom.config import Settings
 from atom.model.attention import GatherDecode, KernelDecode, Scoring
 from atom.model.kernels import _drop_stale_lock, cpu_ops
+from atom.model.lean import TorchOps
 from tests.model.tiny import cpu_ops as built_ops
 
 
@@ -111,3 +113,54 @@ def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path: Path) -> N
     _drop_stale_lock(fresh)
     _drop_stale_lock(tmp_path / "missing")
     assert not stale.exists() and fresh.exists()
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+@pytest.mark.parametrize("has_delta", [False, True])
+def test_add_rms_norm_matches_torch(tokens: int, has_delta: bool) -> None:
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 96, generator=gen)
+    delta = torch.randn(tokens, 96, generator=gen) if has_delta else None
+    weight = torch.rand(96, generator=gen) + 0.5
+    x_torch = x.clone()
+    expected = TorchOps.add_rms_norm(x_torch, delta, weight, 1e-5)
+    got = built_ops().add_rms_norm(x, delta, weight, 1e-5)
+    torch.testing.assert_close(x, x_torch)  # the residual stream, updated in place
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 33])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 4, 16)])
+def test_rope_write_matches_torch(tokens: int, heads: int, kv_heads: int, dim: int) -> None:
+    gen = torch.Generator().manual_seed(tokens * heads)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    angles = torch.rand(tokens, dim // 2, generator=gen) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    slots = torch.randperm(64, generator=gen)[:tokens]  # scattered cache rows
+    caches = [torch.zeros(64, kv_heads, dim) for _ in range(4)]
+    qkv_torch = qkv.clone()
+    TorchOps.rope_write(qkv_torch, cos, sin, caches[0], caches[1], slots, heads, kv_heads)
+    built_ops().rope_write(qkv, cos, sin, caches[2], caches[3], slots, heads, kv_heads)
+    torch.testing.assert_close(qkv, qkv_torch, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[2], caches[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[3], caches[1])
+    assert caches[2][slots].abs().sum(dim=(1, 2)).min() > 0  # every token was written
+
+
+@pytest.mark.parametrize("tokens", [1, 20])
+def test_silu_mul_matches_torch(tokens: int) -> None:
+    gate_up = torch.randn(tokens, 2 * 80, generator=torch.Generator().manual_seed(tokens)) * 4
+    expected = TorchOps.silu_mul(gate_up)
+    torch.testing.assert_close(built_ops().silu_mul(gate_up), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_decode_reads_strided_query_rows() -> None:
+    """The ATOM forward hands the kernel a view of the fused qkv projection."""
+    gen = torch.Generator().manual_seed(3)
+    k_cache, v_cache = torch.randn(48, 2, 16, generator=gen), torch.randn(48, 2, 16, generator=gen)
+    qkv = torch.randn(3, (4 + 2 * 2) * 16, generator=gen)
+    q = qkv.view(3, 8, 16)[:, :4]
+    args = (k_cache, v_cache, torch.tensor([[0, 1], [2, 3], [4, 5]]), torch.tensor([5, 9, 16]))
+    strided = built_ops().paged_decode(q, *args, 8, 0.25, 0, 0.0)
+    packed = built_ops().paged_decode(q.contiguous(), *args, 8, 0.25, 0, 0.0)
+    torch.testing.assert_close(strided, packed)

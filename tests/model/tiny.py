@@ -54,14 +54,16 @@ def torch_runner(
     **overrides: Any,
 ) -> TorchRunner:
     """A TorchRunner over a tiny model: transformers' classes or ATOM's own forward
-    (`impl`), decode attention by gather + SDPA or the C++ kernel (`cpp`)."""
+    (`impl`); torch's operators, or the C++ kernels (`cpp`: decode attention, and the
+    fused small operators of ATOM's forward)."""
+    kernels = cpu_ops() if cpp else None
     return TorchRunner(
-        lean_model(tiny_model(config_cls, **overrides), impl),
+        lean_model(tiny_model(config_cls, **overrides), impl, kernels=kernels),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=num_blocks,
         block_size=BLOCK,
-        decode_kernel=cpu_ops().paged_decode if cpp else None,
+        decode_kernel=None if kernels is None else kernels.paged_decode,
     )
 
 

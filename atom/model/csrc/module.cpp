@@ -1,0 +1,17 @@
+// The Python module of ATOM's CPU kernels. The long-running kernels release the GIL so
+// the event loop thread keeps serving meanwhile; the small ones (a few microseconds)
+// keep it, so the device thread does not queue for it again after every call.
+#include <torch/extension.h>
+
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using release = pybind11::call_guard<pybind11::gil_scoped_release>;
+  m.def("paged_decode", &paged_decode, "paged decode attention (CPU, float32)", release());
+  m.def("int8_linear", &int8_linear, "int8-weight linear for up to 4 rows (CPU)", release());
+  m.def("int4_linear", &int4_linear, "4-bit block weights linear, up to 4 rows (CPU)",
+        release());
+  m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm (CPU, float32)");
+  m.def("rope_write", &rope_write, "rotary on q/k in place + K/V cache write (CPU, float32)");
+  m.def("silu_mul", &silu_mul, "silu(gate) * up (CPU, float32)");
+}

@@ -1,0 +1,68 @@
+"""`--quantization int4`: 4-bit weights in blocks of 32 for CPU decode.
+
+Each weight row is cut into blocks of 32 along the input, each a GGUF Q4_1 block: a
+float16 scale d, a float16 minimum m and 32 nibbles q, the weight being d * q + m
+(20 bytes for 32 weights, 0.625 a weight against int8's 1). A row is stored as its
+scales, then its minimums, then its nibbles (the kernel reads the factors of eight
+blocks at once). The default
+model ships as Q4_1, and a Q4_1 block's smallest and largest weights sit at q = 0 and
+q = 15, so re-quantizing its dequantized weights gives back those very blocks.
+
+Up to `GEMV_ROWS` activation rows go through ATOM's `int4_linear` kernel (integer
+dot products on activations quantized per 32-block); more rows through an int8
+(fbgemm) copy of the 4-bit weights, as `--quantization int8` runs them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from atom.model.int8 import Gemv, Int8Linear
+
+BLOCK = 32
+BLOCK_BYTES = 20
+GEMV_ROWS = 4
+
+
+def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(blocks uint8 [N, K / 32 * 20], the weights they stand for, float32 [N, K])."""
+    rows, width = weight.shape
+    values = weight.detach().float().reshape(rows, width // BLOCK, BLOCK)
+    low, high = values.amin(dim=-1), values.amax(dim=-1)
+    scale, minimum = ((high - low) / 15).half(), low.half()
+    step = scale.float().unsqueeze(-1)
+    q = ((values - minimum.float().unsqueeze(-1)) / torch.where(step > 0, step, 1.0)).round()
+    q = q.clamp(0, 15).to(torch.uint8)
+    nibbles = q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)
+    parts = (scale.view(torch.uint8), minimum.view(torch.uint8), nibbles.reshape(rows, -1))
+    blocks = torch.cat(parts, dim=1).contiguous()  # a row: scales | minimums | nibbles
+    dequantized = q.float() * step + minimum.float().unsqueeze(-1)
+    return blocks, dequantized.reshape(rows, width)
+
+
+def supports(linear: nn.Linear) -> bool:
+    return linear.in_features % BLOCK == 0
+
+
+class Int4Linear(nn.Module):
+    def __init__(self, linear: nn.Linear, gemv: Gemv) -> None:
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self._blocks, dequantized = quantize_blocks(linear.weight)
+        self._bias = None if linear.bias is None else linear.bias.detach().float()
+        self._gemv = gemv
+        wide = nn.Linear(self.in_features, self.out_features, bias=self._bias is not None)
+        wide.weight.data = dequantized
+        if self._bias is not None:
+            wide.bias.data = self._bias
+        self._wide = Int8Linear(wide)  # many rows: fbgemm over the same 4-bit values
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() <= GEMV_ROWS * self.in_features:
+            return self._gemv(x, self._blocks, self._bias)
+        return self._wide(x)  # type: ignore[no-any-return]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, block={BLOCK}"

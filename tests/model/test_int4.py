@@ -1,0 +1,107 @@
+"""`--quantization int4`: 4-bit blocks that give back Q4_1 weights exactly, the kernel
+against the same arithmetic in torch, and a quantized model that stays close to float."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, Qwen2Config
+
+from atom.model.int4 import Int4Linear, quantize_blocks
+from atom.model.int8 import Int8Linear
+from atom.model.lean import lean_model
+from atom.model.quantization import quantize
+from tests.model.tiny import cpu_ops, tiny_model
+
+
+def q4_1_weights(rows: int, width: int, seed: int) -> torch.Tensor:
+    """Weights as a Q4_1 file holds them: d * q + m per block of 32, q spanning 0..15."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = width // 32
+    q = torch.randint(0, 16, (rows, blocks, 32), generator=gen)
+    q[..., 0], q[..., 1] = 0, 15  # the quantizer maps a block's min and max there
+    d = (torch.rand(rows, blocks, 1, generator=gen) / 20).half().float()
+    m = (-torch.rand(rows, blocks, 1, generator=gen) / 3).half().float()
+    return (q * d + m).reshape(rows, width)
+
+
+def test_q4_1_weights_come_back_exactly() -> None:
+    weight = q4_1_weights(24, 96, seed=1)
+    blocks, dequantized = quantize_blocks(weight)
+    assert blocks.dtype == torch.uint8 and blocks.shape == (24, 96 // 32 * 20)
+    assert torch.equal(dequantized, weight)
+
+
+def test_other_weights_are_within_half_a_step() -> None:
+    weight = torch.randn(16, 64, generator=torch.Generator().manual_seed(2))
+    _, dequantized = quantize_blocks(weight)
+    span = weight.view(16, 2, 32).amax(-1) - weight.view(16, 2, 32).amin(-1)
+    error = (dequantized - weight).abs().view(16, 2, 32).amax(-1)
+    assert (error <= span / 30 * 1.01 + 1e-3).all()
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The kernel's arithmetic in float64: activations quantized per block of 32 to int8
+    for the d * q part of each weight, in float for its minimum m (here the block min)."""
+    rows, width = x.shape
+    xb = x.double().view(rows, width // 32, 32)
+    scale = xb.abs().amax(-1, keepdim=True) / 127
+    xq = (torch.round(xb / torch.where(scale > 0, scale, 1.0)) * scale).reshape(rows, width)
+    w = weight.double().view(-1, width // 32, 32)
+    minimum = w.amin(-1, keepdim=True).expand_as(w).reshape(-1, width)
+    out = xq @ (w.reshape(-1, width) - minimum).T + x.double() @ minimum.T
+    return (out if bias is None else out + bias.double()).float()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize(("width", "bias"), [(64, False), (96, True), (608, False)])
+def test_int4_linear_matches_the_same_arithmetic(rows: int, width: int, bias: bool) -> None:
+    gen = torch.Generator().manual_seed(rows * width)
+    weight = q4_1_weights(40, width, seed=rows)
+    b = torch.randn(40, generator=gen) if bias else None
+    x = torch.randn(1, rows, width, generator=gen)
+    blocks, _ = quantize_blocks(weight)
+    got = cpu_ops().int4_linear(x, blocks, b)
+    assert got.shape == (1, rows, 40)
+    torch.testing.assert_close(got[0], reference(x[0], weight, b), rtol=1e-4, atol=1e-4)
+    exact = x[0] @ weight.T + (0 if b is None else b)
+    assert (got[0] - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
+
+
+def test_int4_linear_refuses_widths_off_the_block() -> None:
+    with pytest.raises(RuntimeError, match="blocks of 32"):
+        cpu_ops().int4_linear(torch.zeros(1, 40), torch.zeros(8, 20, dtype=torch.uint8), None)
+
+
+def test_int4_linear_uses_int8_for_many_rows() -> None:
+    linear = torch.nn.Linear(64, 24)
+    linear.weight.data = q4_1_weights(24, 64, seed=3)
+    layer = Int4Linear(linear, cpu_ops().int4_linear)
+    x = torch.randn(6, 64, generator=torch.Generator().manual_seed(4))
+    exact = linear(x)
+    got = layer(x)  # 6 rows: fbgemm on the int8 copy
+    assert (got - exact).abs().max() < 0.03 * exact.abs().max()
+    torch.testing.assert_close(layer(x[:1]), reference(x[:1], linear.weight, linear.bias))
+
+
+@pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])
+def test_int4_model_of_q4_1_weights_stays_close_to_float(config_cls: type) -> None:
+    ids = torch.tensor([[5, 17, 42, 8, 99, 3]])
+    model = tiny_model(config_cls, initializer_range=0.2)
+    for module in model.modules():  # weights a Q4_1 file could hold, as the default model's
+        if isinstance(module, torch.nn.Linear) and module is not model.lm_head:
+            module.weight.data = quantize_blocks(module.weight)[1]
+    with torch.inference_mode():
+        expected = model(input_ids=ids).logits[0, -1]
+        quantize(model, "int4", "cpu", kernels=cpu_ops())
+        got = model(input_ids=ids).logits[0, -1]
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+
+
+def test_quantize_int4_keeps_the_output_projection_int8() -> None:
+    model = lean_model(tiny_model(LlamaConfig), "atom")
+    quantize(model, "int4", "cpu", kernels=cpu_ops())
+    assert isinstance(model.lm_head, Int8Linear)
+    assert sum(isinstance(m, Int4Linear) for m in model.modules()) == 2 * 4
+    with pytest.raises(ValueError, match="needs ATOM's CPU kernels"):
+        quantize(tiny_model(LlamaConfig), "int4", "cpu")
