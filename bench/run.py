@@ -180,15 +180,23 @@ def main() -> None:
     p.add_argument("--peer", choices=["llamacpp"], action="append", default=[])
     p.add_argument("--peer-python", default=".venv-bench/bin/python")
     p.add_argument("--floor", action="store_true", help="also time transformers' generate")
-    p.add_argument("--int8", action="store_true", help="also run ATOM with --quantization int8")
+    p.add_argument(
+        "--quantization",
+        choices=["int8", "int4"],
+        action="append",
+        default=[],
+        help="also run ATOM with --quantization Q (repeatable)",
+    )
+    p.add_argument("--int8", dest="quantization", action="append_const", const="int8")
+    p.add_argument("--int4", dest="quantization", action="append_const", const="int4")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
     ignore_eos = {"ignore_eos": True}
     runs = [("atom", atom_server, ignore_eos, {})]
-    if args.int8:
-        runs.append(("atom-int8", atom_server, ignore_eos, {"ATOM_QUANTIZATION": "int8"}))
+    for method in dict.fromkeys(args.quantization):
+        runs.append((f"atom-{method}", atom_server, ignore_eos, {"ATOM_QUANTIZATION": method}))
     if "llamacpp" in args.peer:  # llama.cpp ignores ignore_eos but honours min_tokens
         min_tokens = {"min_tokens": args.output_tokens}
         runs.append(("llama-cpp-python", llamacpp_server, min_tokens, {}))

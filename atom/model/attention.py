@@ -116,14 +116,14 @@ class KernelDecode:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepMeta:
-    kv_cache: torch.Tensor  # [layers, 2, num_slots, kv_heads, head_dim], owned by the runner
+    layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v), the runner's
     write_slots: torch.Tensor  # [num_tokens]
     prefills: tuple[PrefillSlice, ...]
     decode: DecodeGroup | None
 
     def layer_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim]."""
-        return self.kv_cache[layer, 0], self.kv_cache[layer, 1]
+        return self.layer_caches[layer]
 
 
 def paged_attention(

@@ -83,6 +83,8 @@ def sample(
     logits = logits.float()
     device = logits.device
     greedy = logits.argmax(dim=1).tolist()
+    if all(p.is_greedy and p.logprobs is None for p in params):
+        return [Sampled(token_id=t) for t in greedy]
     scaled = apply_temperature(logits, torch.tensor([p.temperature for p in params], device=device))
     tokens = greedy
     if not all(p.is_greedy for p in params):

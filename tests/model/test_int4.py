@@ -3,6 +3,7 @@ against the same arithmetic in torch, and a quantized model that stays close to 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
@@ -10,6 +11,7 @@ from transformers import LlamaConfig, Qwen2Config
 from atom.model.int4 import Int4Linear, quantize_blocks
 from atom.model.int8 import Int8Linear
 from atom.model.lean import lean_model
+from atom.model.loader import default_model_path
 from atom.model.quantization import quantize
 from tests.model.tiny import cpu_ops, tiny_model
 
@@ -105,3 +107,26 @@ def test_quantize_int4_keeps_the_output_projection_int8() -> None:
     assert sum(isinstance(m, Int4Linear) for m in model.modules()) == 2 * 4
     with pytest.raises(ValueError, match="needs ATOM's CPU kernels"):
         quantize(tiny_model(LlamaConfig), "int4", "cpu")
+
+
+def test_the_default_models_q4_1_blocks_come_back_byte_for_byte() -> None:
+    """Dequantized and re-quantized, the GGUF's own blocks: same scales, minimums, nibbles."""
+    import gguf  # type: ignore[import-untyped]
+
+    reader = gguf.GGUFReader(str(default_model_path()))
+    tensors = [t for t in reader.tensors if t.name.startswith("blk.0.")]
+    assert sum(t.tensor_type.name == "Q4_1" for t in tensors) == 7  # q, k, v, o, gate, up, down
+    for tensor in (t for t in tensors if t.tensor_type.name == "Q4_1"):
+        raw = torch.from_numpy(np.asarray(tensor.data).copy())  # [rows, blocks * 20]
+        rows, nb = raw.shape[0], raw.shape[1] // 20
+        raw = raw.view(rows, nb, 20)
+        scale, minimum = raw[..., 0:2].view(torch.float16), raw[..., 2:4].view(torch.float16)
+        nibbles = raw[..., 4:]
+        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1).float()
+        weight = (q * scale.float() + minimum.float()).reshape(rows, nb * 32)
+        blocks, _ = quantize_blocks(weight)
+        assert torch.equal(blocks[:, : 2 * nb].view(torch.float16), scale.reshape(rows, nb))
+        assert torch.equal(
+            blocks[:, 2 * nb : 4 * nb].view(torch.float16), minimum.reshape(rows, nb)
+        )
+        assert torch.equal(blocks[:, 4 * nb :], nibbles.reshape(rows, nb * 16))
