@@ -15,10 +15,12 @@ dot products on activations quantized per 32-block); more rows through an int8
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-from atom.model.int8 import Gemv, Int8Linear
+from atom.model.int8 import INT4, Gemv, Int8Linear
 
 BLOCK = 32
 BLOCK_BYTES = 20
@@ -63,6 +65,10 @@ class Int4Linear(nn.Module):
         if x.numel() <= GEMV_ROWS * self.in_features:
             return self._gemv(x, self._blocks, self._bias)
         return self._wide(x)  # type: ignore[no-any-return]
+
+    def projection(self, kernels: Any) -> tuple[Any, int]:
+        """This layer as the kernels' `Projection` and the rows it takes that way."""
+        return kernels.Projection(INT4, self._blocks, None, self._bias), GEMV_ROWS
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, block={BLOCK}"

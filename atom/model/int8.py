@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from torch import nn
 GEMV_ROWS = 2  # measured: the kernel wins at 1-2 rows (23 vs 16 GB/s), fbgemm from 4
 
 Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y
+FLOAT, INT8, INT4 = 0, 1, 2  # the kernels' Projection kinds (csrc/ops.h)
 
 
 class Int8Linear(nn.Module):
@@ -53,6 +55,13 @@ class Int8Linear(nn.Module):
         if self._gemv is not None and x.numel() <= GEMV_ROWS * self.in_features:
             return self._gemv(x, self._weight, self._scale, self._bias)
         return self._op(x, self._packed, True)  # type: ignore[no-any-return]
+
+    def projection(self, kernels: Any) -> tuple[Any, int] | None:
+        """This layer as the kernels' `Projection` and the rows it takes that way
+        (None: it has no kernel copy)."""
+        if self._gemv is None:
+            return None
+        return kernels.Projection(INT8, self._weight, self._scale, self._bias), GEMV_ROWS
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"

@@ -1,18 +1,21 @@
 """ATOM's native CPU kernels, compiled on first use with torch's C++ extension loader.
 
-`csrc/cpu_ops.cpp` holds two float32 kernels:
+`csrc/` holds them (`ops.h` lists them all), float32 activations throughout:
 
-- `paged_decode` attends one query token per sequence straight from the paged KV
-  cache. The torch fallback gathers each sequence's K/V into a padded tensor
-  first: at 16 sequences of 256 tokens that gather plus SDPA cost ~2x the kernel
-  per layer (docs/performance.md).
-- `int8_linear` multiplies up to 4 activation rows by int8 weights with one scale
-  per output row, streaming the weights once; at batch 1 it reads them at ~23
-  GB/s here, against ~16 for torch's int8 (fbgemm) and ~11 for float32 (MKL).
+- `paged_decode` (`attention.cpp`) attends one query token per sequence straight
+  from the paged KV cache. The torch fallback gathers each sequence's K/V into a
+  padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
+  ~2x the kernel per layer (docs/performance.md).
+- `int8_linear` and `int4_linear` (`linear.cpp`) multiply up to 4 activation rows
+  by int8 rows (one scale each) or GGUF Q4_1 blocks, streaming the weights once:
+  batch-1 decode is bound by reading them (~23-25 GB/s here for int8, against ~16
+  for torch's fbgemm and ~11 for float32 MKL).
+- `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
+  operators of ATOM's own forward, one call each where torch runs several.
 
-The build (~30 s, once per machine and source version) lands under
+The build (~50 s, once per machine and source version) lands under
 `<cache_dir>/kernels`; it is tuned for the host CPU (`-march=native`), so the
-folder name carries a fingerprint of the CPU's flags.
+folder name carries a fingerprint of the CPU's flags and of the sources.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import structlog
 log = structlog.get_logger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = tuple(CSRC / name for name in ("attention.cpp", "linear.cpp", "layer.cpp", "module.cpp"))
+SOURCES = tuple(
+    CSRC / name for name in ("attention.cpp", "linear.cpp", "layer.cpp", "stack.cpp", "module.cpp")
+)
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]  # fast-math: vector expf
 MODES = ("auto", "on", "off")
 
@@ -78,7 +83,7 @@ def cpu_ops(mode: str, *, device: str, dtype: Any, cache_dir: str) -> Any | None
 
 def _drop_stale_lock(lock: Path, max_age_s: float = 600.0) -> None:
     """torch's loader waits forever on the lock file of a build that was killed;
-    a build takes ~30 s, so a lock older than `max_age_s` is a leftover."""
+    a build takes ~50 s, so a lock older than `max_age_s` is a leftover."""
     try:
         if time.time() - lock.stat().st_mtime > max_age_s:
             lock.unlink(missing_ok=True)

@@ -3,8 +3,10 @@
 transformers' decoder layer costs ~65 small operator calls and a dozen Python module
 calls; on CPU at small batches that overhead, more than the weights, sets the decode
 speed. This forward does the same arithmetic with q/k/v fused into one projection and
-gate/up into another, rotary applied to q and k together, and the same paged attention
-function, so a layer is about half the calls (docs/performance.md has the numbers).
+gate/up into another, and its small operators (residual add + RMSNorm, rotary + the
+K/V cache write, SiLU·mul) each as one call of an `ops` object: the CPU kernels of
+`atom.model.kernels`, or `TorchOps` anywhere else. A decode layer on the kernels is
+nine calls (docs/performance.md has the numbers).
 
 `--model-impl auto` uses it when `unsupported_reason` finds nothing this forward does
 not implement (like vLLM's own model classes beside its transformers backend);
@@ -17,10 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from atom.model.attention import ATTN_IMPLEMENTATION, Scoring, StepMeta, attend_written
+from atom.model.attention import (
+    ATTN_IMPLEMENTATION,
+    KernelDecode,
+    Scoring,
+    StepMeta,
+    attend_written,
+)
+from atom.model.operators import DecodeStack, TorchOps, decode_stack
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 IMPLEMENTATIONS = ("auto", "atom", "transformers")
@@ -67,50 +75,6 @@ def _fuse(projections: list[nn.Linear]) -> nn.Linear:
     if first.bias is not None:
         fused.bias.data = torch.cat([p.bias.data for p in projections])
     return fused
-
-
-class TorchOps:
-    """The fused operators of a layer written with torch's own (any device and dtype).
-    `atom.model.kernels` provides the same three functions as single CPU calls."""
-
-    @staticmethod
-    def add_rms_norm(
-        x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float
-    ) -> torch.Tensor:
-        """x += delta in place; returns the RMSNorm of x (transformers' arithmetic)."""
-        if delta is not None:
-            x.add_(delta)
-        if x.dtype == torch.float32:  # one fused call, bit-identical to the module
-            return F.rms_norm(x, (x.shape[-1],), weight, eps)
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * h.to(x.dtype)
-
-    @staticmethod
-    def rope_write(
-        qkv: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slots: torch.Tensor,
-        heads: int,
-        kv_heads: int,
-    ) -> None:
-        """Rotate q/k heads of qkv [tokens, (heads + 2 kv_heads) * dim] in place by
-        cos/sin [tokens, dim] (rotate_half convention); write K/V to the cache rows."""
-        x = qkv.view(qkv.shape[0], heads + 2 * kv_heads, -1)
-        qk = x[:, : heads + kv_heads]
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
-        qk.copy_(qk * cos[:, None] + rotated)
-        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads])
-        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :])
-
-    @staticmethod
-    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-        half = gate_up.shape[-1] // 2
-        return F.silu(gate_up[:, :half]) * gate_up[:, half:]
 
 
 class LeanLayer(nn.Module):
@@ -172,6 +136,22 @@ class LeanCausalLM(nn.Module):
         self.norm = inner.norm
         self.lm_head = model.lm_head
         self.ops = ops
+        self.use_decode_stack = True  # False: every step through the Python layers
+        self._stack: DecodeStack | None = None
+        self._stack_built = False
+
+    def _decode_stack(self, meta: StepMeta, num_tokens: int) -> DecodeStack | None:
+        """The one-call path for this step, when it is a kernel decode of few rows. Built
+        at the first such step, after `--quantization` has swapped the projections."""
+        if not self.use_decode_stack or meta.prefills:
+            return None
+        if not isinstance(meta.decode, KernelDecode):
+            return None
+        if not self._stack_built:
+            self._stack, self._stack_built = decode_stack(self), True
+        if self._stack is None or num_tokens > self._stack.max_rows:
+            return None
+        return self._stack
 
     def set_attn_implementation(self, name: str) -> None:
         if name != ATTN_IMPLEMENTATION:
@@ -190,9 +170,13 @@ class LeanCausalLM(nn.Module):
         x = self.embed_tokens(input_ids[0])
         cos, sin = self.rotary_emb(x, position_ids)
         cos, sin = cos[0].contiguous(), sin[0].contiguous()  # [tokens, dim]
-        delta = None
-        for layer in self.layers:
-            delta = layer(x, delta, cos, sin, step_meta)
+        stack = self._decode_stack(step_meta, x.shape[0])
+        if stack is not None:
+            delta = stack.run(x, cos, sin, step_meta)
+        else:
+            delta = None
+            for layer in self.layers:
+                delta = layer(x, delta, cos, sin, step_meta)
         h = self.ops.add_rms_norm(x, delta, self.norm.weight, self.norm.variance_epsilon)
         logits = self.lm_head(h[logits_to_keep])
         return LeanOutput(logits=logits.unsqueeze(0))

@@ -23,3 +23,40 @@ void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::
                 torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV);
 
 torch::Tensor silu_mul(torch::Tensor gate_up);
+
+// One weight matrix of a decoder layer, in one of the formats the kernels take.
+struct Projection {
+  enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2 };
+  int64_t kind;
+  torch::Tensor weight;  // float [N, K], int8 [N, K] (with `scale` [N]) or int4 blocks
+  c10::optional<torch::Tensor> scale;
+  c10::optional<torch::Tensor> bias;
+  torch::Tensor operator()(const torch::Tensor& x) const;
+};
+
+// Every decoder layer of ATOM's Llama-family forward (atom/model/lean.py) for decode
+// steps of up to 4 tokens, run in one call: the same kernels, in the same order, as
+// the Python layer, without ~40 Python-level calls a layer.
+class DecodeStack {
+ public:
+  void add_layer(Projection qkv, Projection o, Projection gate_up, Projection down,
+                 torch::Tensor input_norm, torch::Tensor post_norm, double eps, int64_t heads,
+                 int64_t kv_heads, double scale);
+  // x [T, hidden] is the residual stream, updated in place up to the last layer's
+  // input; returns the last layer's delta (its MLP output), as the Python layers do.
+  torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
+                    const std::vector<torch::Tensor>& k_caches,
+                    const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
+                    torch::Tensor block_tables, torch::Tensor seq_lens, int64_t block_size) const;
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+
+ private:
+  struct Layer {
+    Projection qkv, o, gate_up, down;
+    torch::Tensor input_norm, post_norm;
+    double eps;
+    int64_t heads, kv_heads;
+    double scale;
+  };
+  std::vector<Layer> layers_;
+};

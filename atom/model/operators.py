@@ -1,0 +1,125 @@
+"""The small operators of ATOM's own forward (`atom.model.lean`), and its one-call
+decode path.
+
+`TorchOps` writes each operator with torch's own (any device and dtype); the CPU
+kernels module (`atom.model.kernels`) has the same three functions as single calls.
+`DecodeStack` runs every layer of a kernel decode step in one call of the kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from atom.model.attention import KernelDecode, StepMeta
+from atom.model.int8 import FLOAT
+
+
+class TorchOps:
+    """The fused operators of a layer written with torch's own (any device and dtype).
+    `atom.model.kernels` provides the same three functions as single CPU calls."""
+
+    @staticmethod
+    def add_rms_norm(
+        x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """x += delta in place; returns the RMSNorm of x (transformers' arithmetic)."""
+        if delta is not None:
+            x.add_(delta)
+        if x.dtype == torch.float32:  # one fused call, bit-identical to the module
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(x.dtype)
+
+    @staticmethod
+    def rope_write(
+        qkv: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
+        heads: int,
+        kv_heads: int,
+    ) -> None:
+        """Rotate q/k heads of qkv [tokens, (heads + 2 kv_heads) * dim] in place by
+        cos/sin [tokens, dim] (rotate_half convention); write K/V to the cache rows."""
+        x = qkv.view(qkv.shape[0], heads + 2 * kv_heads, -1)
+        qk = x[:, : heads + kv_heads]
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
+        qk.copy_(qk * cos[:, None] + rotated)
+        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads])
+        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :])
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        half = gate_up.shape[-1] // 2
+        return F.silu(gate_up[:, :half]) * gate_up[:, half:]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeStack:
+    """The kernels' `DecodeStack` over a model's layers: a decode step of up to
+    `max_rows` tokens through every layer in one call (the kernels in the order
+    `LeanLayer.forward` calls them, without its Python)."""
+
+    stack: Any
+    max_rows: int
+
+    def run(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMeta
+    ) -> torch.Tensor:
+        decode = meta.decode
+        assert isinstance(decode, KernelDecode)
+        return self.stack.run(  # type: ignore[no-any-return]
+            x,
+            cos,
+            sin,
+            [k for k, _ in meta.layer_caches],
+            [v for _, v in meta.layer_caches],
+            meta.write_slots,
+            decode.block_tables,
+            decode.seq_lens,
+            decode.block_size,
+        )
+
+
+def decode_stack(model: Any) -> DecodeStack | None:
+    """A `DecodeStack` for `model` (a `LeanCausalLM`), or None when its operators are
+    not the kernels' or one of its projections has no kernel form."""
+    kernels = model.ops
+    if not hasattr(kernels, "DecodeStack"):
+        return None
+    stack, max_rows = kernels.DecodeStack(), 4
+    for layer in model.layers:
+        found = [
+            _projection(kernels, p)
+            for p in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
+        ]
+        forms = [f for f in found if f is not None]
+        if len(forms) < len(found):
+            return None
+        max_rows = min([max_rows, *(rows for _, rows in forms)])
+        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        stack.add_layer(
+            *(p for p, _ in forms),
+            *(n.weight for n in norms),
+            norms[0].variance_epsilon,
+            layer.num_heads,
+            layer.num_kv_heads,
+            layer.how.scale,
+        )
+    return DecodeStack(stack=stack, max_rows=max_rows)
+
+
+def _projection(kernels: Any, linear: nn.Module) -> tuple[Any, int] | None:
+    if isinstance(linear, nn.Linear):
+        return kernels.Projection(FLOAT, linear.weight, None, linear.bias), 4
+    form = getattr(linear, "projection", None)
+    return None if form is None else form(kernels)  # type: ignore[no-any-return]
