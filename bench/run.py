@@ -84,8 +84,10 @@ def llamacpp_server(port: int, args: argparse.Namespace, extra_env: dict[str, st
 
 async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"levels": []}
+    # Warm-up, not measured: no server is timed on its very first requests (lazy set-up).
+    await run_level(target, concurrency=1, num_requests=2, prompt_words=20, max_tokens=32, salt=0)
     for i, c in enumerate(args.concurrency):
-        num = max(c * args.rounds, 2)
+        num = max(c * args.rounds, 4)
         level = await run_level(
             target,
             concurrency=c,
