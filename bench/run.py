@@ -87,7 +87,7 @@ async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     # Warm-up, not measured: no server is timed on its very first requests (lazy set-up).
     await run_level(target, concurrency=1, num_requests=2, prompt_words=20, max_tokens=32, salt=0)
     for i, c in enumerate(args.concurrency):
-        num = max(c * args.rounds, 4)
+        num = max(c * args.rounds, 8)  # c=1: enough tokens to average out a noisy VM
         level = await run_level(
             target,
             concurrency=c,
