@@ -4,13 +4,14 @@ Each weight row is cut into blocks of 32 along the input, each a GGUF Q4_1 block
 float16 scale d, a float16 minimum m and 32 nibbles q, the weight being d * q + m
 (20 bytes for 32 weights, 0.625 a weight against int8's 1). A row is stored as its
 scales, then its minimums, then its nibbles (the kernel reads the factors of eight
-blocks at once). The default
-model ships as Q4_1, and a Q4_1 block's smallest and largest weights sit at q = 0 and
-q = 15, so re-quantizing its dequantized weights gives back those very blocks.
+blocks at once). The default model ships as Q4_1, and a Q4_1 block's smallest and
+largest weights sit at q = 0 and q = 15, so re-quantizing its dequantized weights
+gives back those very blocks.
 
 Up to `GEMV_ROWS` activation rows go through ATOM's `int4_linear` kernel (integer
 dot products on activations quantized per 32-block); more rows through an int8
-(fbgemm) copy of the 4-bit weights, as `--quantization int8` runs them.
+(fbgemm) copy of the 4-bit weights, as `--quantization int8` runs them, so a layer
+holds both copies (1.625 bytes a weight).
 """
 
 from __future__ import annotations

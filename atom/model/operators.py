@@ -18,6 +18,8 @@ from torch import nn
 from atom.model.attention import KernelDecode, StepMeta
 from atom.model.int8 import FLOAT
 
+KERNEL_ROWS = 4  # the most rows the kernels' products take (csrc/linear.cpp kMaxRows)
+
 
 class TorchOps:
     """The fused operators of a layer written with torch's own (any device and dtype).
@@ -96,7 +98,7 @@ def decode_stack(model: Any) -> DecodeStack | None:
     kernels = model.ops
     if not hasattr(kernels, "DecodeStack"):
         return None
-    stack, max_rows = kernels.DecodeStack(), 4
+    stack, max_rows = kernels.DecodeStack(), KERNEL_ROWS
     for layer in model.layers:
         found = [
             _projection(kernels, p)
@@ -107,6 +109,8 @@ def decode_stack(model: Any) -> DecodeStack | None:
             return None
         max_rows = min([max_rows, *(rows for _, rows in forms)])
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        if norms[0].variance_epsilon != norms[1].variance_epsilon:
+            return None  # the stack takes one epsilon a layer
         stack.add_layer(
             *(p for p, _ in forms),
             *(n.weight for n in norms),
@@ -120,6 +124,6 @@ def decode_stack(model: Any) -> DecodeStack | None:
 
 def _projection(kernels: Any, linear: nn.Module) -> tuple[Any, int] | None:
     if isinstance(linear, nn.Linear):
-        return kernels.Projection(FLOAT, linear.weight, None, linear.bias), 4
+        return kernels.Projection(FLOAT, linear.weight, None, linear.bias), KERNEL_ROWS
     form = getattr(linear, "projection", None)
     return None if form is None else form(kernels)  # type: ignore[no-any-return]

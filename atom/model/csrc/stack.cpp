@@ -12,7 +12,10 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
 void DecodeStack::add_layer(Projection qkv, Projection o, Projection gate_up, Projection down,
                             torch::Tensor input_norm, torch::Tensor post_norm, double eps,
                             int64_t heads, int64_t kv_heads, double scale) {
-  TORCH_CHECK(qkv.kind != Projection::kInt8 || qkv.scale.has_value(), "int8 needs a scale");
+  for (const Projection* p : {&qkv, &o, &gate_up, &down}) {
+    TORCH_CHECK(p->kind != Projection::kInt8 || p->scale.has_value(),
+                "DecodeStack: an int8 projection needs its scales");
+  }
   layers_.push_back(Layer{std::move(qkv), std::move(o), std::move(gate_up), std::move(down),
                           input_norm.contiguous(), post_norm.contiguous(), eps, heads,
                           kv_heads, scale});
@@ -23,7 +26,8 @@ torch::Tensor DecodeStack::run(torch::Tensor x, torch::Tensor cos, torch::Tensor
                                const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
                                torch::Tensor block_tables, torch::Tensor seq_lens,
                                int64_t block_size) const {
-  TORCH_CHECK(k_caches.size() == layers_.size() && v_caches.size() == layers_.size(),
+  TORCH_CHECK(!layers_.empty() && k_caches.size() == layers_.size() &&
+                  v_caches.size() == layers_.size(),
               "DecodeStack: one K and one V cache per layer");
   const int64_t tokens = x.size(0);
   c10::optional<torch::Tensor> delta;
