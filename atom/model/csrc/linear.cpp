@@ -2,7 +2,7 @@
 
 #include <ATen/Parallel.h>
 
-#ifdef __AVX2__
+#if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 

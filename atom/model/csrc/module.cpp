@@ -14,12 +14,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm (CPU, float32)");
   m.def("rope_write", &rope_write, "rotary on q/k in place + K/V cache write (CPU, float32)");
   m.def("silu_mul", &silu_mul, "silu(gate) * up (CPU, float32)");
-  pybind11::class_<Projection>(m, "Projection")
+  // module_local: builds with other flags (another fingerprint) may load beside this one.
+  pybind11::class_<Projection>(m, "Projection", pybind11::module_local())
       .def(pybind11::init<int64_t, torch::Tensor, c10::optional<torch::Tensor>,
                           c10::optional<torch::Tensor>>(),
            pybind11::arg("kind"), pybind11::arg("weight"), pybind11::arg("scale"),
            pybind11::arg("bias"));
-  pybind11::class_<DecodeStack>(m, "DecodeStack")
+  pybind11::class_<DecodeStack>(m, "DecodeStack", pybind11::module_local())
       .def(pybind11::init<>())
       .def("add_layer", &DecodeStack::add_layer)
       .def("run", &DecodeStack::run, release())
