@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log_path = tmp_path_factory.mktemp("log") / "requests.jsonl"
+@contextmanager
+def running_server(log_path: Path, **env: str) -> Iterator[Server]:
+    """A server process with the given `ATOM_*` settings, healthy, stopped afterwards."""
     port = free_port()
-    env = {**os.environ, "ATOM_REQUEST_LOG": str(log_path), "ATOM_LOG_LEVEL": "warning"}
+    env = {
+        **os.environ,
+        "ATOM_REQUEST_LOG": str(log_path),
+        "ATOM_LOG_LEVEL": "warning",
+        **env,
+    }
     command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"127.0.0.1:{port}"]
     proc = subprocess.Popen([*command, "atom.http:app"], env=env)
     url = f"http://127.0.0.1:{port}"
@@ -62,3 +68,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("log") / "requests.jsonl") as started:
+        yield started
