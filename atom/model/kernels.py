@@ -1,6 +1,6 @@
 """ATOM's native CPU kernels, compiled on first use with torch's C++ extension loader.
 
-`csrc/` holds them (`ops.h` lists them all), float32 activations throughout:
+`csrc/` holds them (`ops.h` lists them all), float32 tensors in and out:
 
 - `paged_decode` (`attention.cpp`) attends one query token per sequence straight
   from the paged KV cache. The torch fallback gathers each sequence's K/V into a

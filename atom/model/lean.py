@@ -82,7 +82,7 @@ class LeanLayer(nn.Module):
     def __init__(self, layer: Any, layer_idx: int, config: Any, ops: Any) -> None:
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
-        self.layer_idx = layer_idx  # the layer's cache in the step's KV tensor
+        self.layer_idx = layer_idx  # which of the step's layer caches is this layer's
         self.num_heads = int(config.num_attention_heads)
         self.num_kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(attn.head_dim)
