@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 // int8_linear: y = x · (w * scale)ᵀ + bias for a few rows of x (decode at batch 1-4),
@@ -18,6 +19,26 @@
 namespace {
 
 constexpr int64_t kMaxRows = 4;
+
+// Calls rows(std::integral_constant<int, M>{}) for M in 1..kMaxRows (M == 0: nothing), so
+// the row loops get M as a template parameter and keep their accumulators in registers.
+template <typename Rows>
+void for_rows(int64_t M, Rows&& rows) {
+  switch (M) {
+    case 1: rows(std::integral_constant<int, 1>{}); break;
+    case 2: rows(std::integral_constant<int, 2>{}); break;
+    case 3: rows(std::integral_constant<int, 3>{}); break;
+    case 4: rows(std::integral_constant<int, 4>{}); break;
+    default: break;
+  }
+}
+
+// out [M, N] viewed as x's shape with its last size N.
+torch::Tensor shaped_like(const torch::Tensor& out, const torch::Tensor& x, int64_t N) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return out.view(sizes);
+}
 
 #ifdef __AVX2__
 inline float hsum(__m256 v) {
@@ -102,16 +123,8 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor s
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
-  switch (M) {
-    case 1: int8_rows<1>(wp, xp, sp, bp, op, N, K); break;
-    case 2: int8_rows<2>(wp, xp, sp, bp, op, N, K); break;
-    case 3: int8_rows<3>(wp, xp, sp, bp, op, N, K); break;
-    case 4: int8_rows<4>(wp, xp, sp, bp, op, N, K); break;
-    default: break;  // M == 0: nothing to compute
-  }
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  return out.view(sizes);
+  for_rows(M, [&](auto rows) { int8_rows<decltype(rows)::value>(wp, xp, sp, bp, op, N, K); });
+  return shaped_like(out, x, N);
 }
 
 // int4_linear: y = x · Wᵀ + bias for up to 4 rows of x, with W in 4-bit blocks of 32
@@ -306,14 +319,6 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  switch (M) {
-    case 1: int4_rows<1>(wp, xq, bp, op, N, K); break;
-    case 2: int4_rows<2>(wp, xq, bp, op, N, K); break;
-    case 3: int4_rows<3>(wp, xq, bp, op, N, K); break;
-    case 4: int4_rows<4>(wp, xq, bp, op, N, K); break;
-    default: break;  // M == 0: nothing to compute
-  }
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  return out.view(sizes);
+  for_rows(M, [&](auto rows) { int4_rows<decltype(rows)::value>(wp, xq, bp, op, N, K); });
+  return shaped_like(out, x, N);
 }
