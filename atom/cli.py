@@ -43,19 +43,29 @@ def _serve(args: argparse.Namespace) -> int:
         {f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None}
     )
     env = {**os.environ, **settings.to_env()}
-    os.execvpe(sys.executable, serve_command(args.host, args.port), env)
+    os.execvpe(sys.executable, serve_command(args.host, args.port, settings), env)
 
 
-def serve_command(host: str, port: int) -> list[str]:
+def serve_command(host: str, port: int, settings: Settings) -> list[str]:
     """The hypercorn command line that serves `atom.http:app`. `-w 0` serves in this
     process, so a fatal engine error becomes the exit status (hypercorn reports 0 when
-    its worker process dies)."""
-    bind = f"{host}:{port}"
-    return [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0", "-b", bind, "atom.http:app"]
+    its worker process dies). The listen backlog holds every connection the server
+    promises to take (running + queued), so a burst is answered, not reset."""
+    backlog = settings.max_num_seqs + settings.max_queued_requests + BACKLOG_HEADROOM
+    return [
+        *(sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"),
+        *("-b", f"{host}:{port}", "--backlog", str(backlog), "atom.http:app"),
+    ]
+
+
+BACKLOG_HEADROOM = 64  # connections for /health, /metrics and requests refused with a 429
 
 
 def _replay(args: argparse.Namespace) -> int:
-    envelopes = read_log(args.log)
+    def report_torn(number: int, reason: str) -> None:
+        print(f"atom replay: {args.log}:{number}: skipped a torn line ({reason})", file=sys.stderr)
+
+    envelopes = read_log(args.log, on_torn=report_torn)
     if args.tool_call_parser or args.reasoning_parser:
         from atom.model.loader import load_tokenizer
 

@@ -33,6 +33,8 @@ class Settings:
     default_chat_template_kwargs: str | None = None  # a JSON object
     exclude_tools_when_tool_choice_none: bool = False
     max_queued_requests: int = 256
+    max_queue_wait: float = 120.0  # seconds in the queue before a 503
+    body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
     request_log: str | None = None
     cache_dir: str = str(Path.home() / ".cache" / "atom")

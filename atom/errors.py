@@ -11,6 +11,7 @@ class AtomError(Exception):
     status = 500
     error_type = "server_error"
     code: str | None = None
+    retry_after_s: int | None = None  # sent as Retry-After: when trying again may succeed
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -30,6 +31,16 @@ class InvalidRequest(AtomError):
 
 class ContextTooLong(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    code = "payload_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
 
 
 class ModelNotFound(AtomError):
@@ -54,12 +65,23 @@ class Overloaded(AtomError):
     status = 429
     error_type = "rate_limit_error"
     code = "server_overloaded"
+    retry_after_s = 1
+
+
+class QueueTimeout(AtomError):
+    """The request waited in the queue longer than --max-queue-wait."""
+
+    status = 503
+    error_type = "service_unavailable"
+    code = "queue_timeout"
+    retry_after_s = 1
 
 
 class EngineNotReady(AtomError):
     status = 503
     error_type = "service_unavailable"
     code = "model_loading"
+    retry_after_s = 5
 
 
 class EngineFailed(AtomError):

@@ -290,6 +290,7 @@ class RequestFailed(RequestEvent):
     error_type: str
     param: str | None = None
     code: str | None = None
+    retry_after_s: int | None = None
 
 
 # --- events of the Batcher --------------------------------------------------
@@ -335,6 +336,14 @@ class EngineStepped(Event):
     num_preemptions: int
     prefix_cache_queries: int
     prefix_cache_hits: int
+
+
+@_tagged("engine_idle")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineIdle(Event):
+    """The Batcher has nothing to run; usage is what aborts since its last step left."""
+
+    kv_cache_usage: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

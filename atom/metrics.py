@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from atom.events import (
     ChoiceFinished,
+    EngineIdle,
     EngineStepped,
     Envelope,
     RequestAborted,
@@ -82,6 +83,8 @@ class Metrics:
         event, at = envelope.event, envelope.at
         if isinstance(event, EngineStepped):
             self._on_step(event)
+        elif isinstance(event, EngineIdle):
+            self.kv_cache_usage = event.kv_cache_usage
         elif isinstance(event, RequestEvent):
             self._on_request_event(event, at)
 
@@ -134,7 +137,7 @@ class Metrics:
         for key in [k for k in self._last_token_at if k[0] == event.request_id]:
             del self._last_token_at[key]
 
-    def render(self, model_name: str) -> str:
+    def render(self, model_name: str, *, request_log_failures: int | None = None) -> str:
         labels = f'model_name="{model_name}"'
         lines = [
             *_sample("num_requests_running", "gauge", labels, self.num_running),
@@ -145,7 +148,7 @@ class Metrics:
             *_sample("num_preemptions_total", "counter", labels, self.num_preemptions),
             *_sample("prefix_cache_queries_total", "counter", labels, self.prefix_cache_queries),
             *_sample("prefix_cache_hits_total", "counter", labels, self.prefix_cache_hits),
-            "# TYPE atom:request_success_total counter",
+            *_head("request_success_total", "counter"),
         ]
         for reason in ("stop", "length", *sorted(set(self.success) - {"stop", "length"})):
             lines.append(
@@ -157,10 +160,35 @@ class Metrics:
             ("inter_token_latency_seconds", self.itl),
             ("e2e_request_latency_seconds", self.e2e),
         ):
-            lines.append(f"# TYPE atom:{name} histogram")
+            lines.extend(_head(name, "histogram"))
             lines.extend(hist.lines(f"atom:{name}", labels))
+        if request_log_failures is not None:
+            lines.extend(
+                _sample("request_log_failures_total", "counter", labels, request_log_failures)
+            )
         return "\n".join(lines) + "\n"
 
 
+_HELP = {
+    "num_requests_running": "Requests whose sequences are in the running batch.",
+    "num_requests_waiting": "Requests accepted and waiting in the queue.",
+    "prompt_tokens_total": "Prompt tokens of accepted requests.",
+    "generation_tokens_total": "Tokens generated.",
+    "kv_cache_usage_perc": "Fraction of KV-cache blocks in use (1 means full).",
+    "num_preemptions_total": "Sequences preempted to free KV-cache blocks.",
+    "prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
+    "prefix_cache_hits_total": "Prompt tokens found in the prefix cache.",
+    "request_success_total": "Choices finished, by finish reason.",
+    "time_to_first_token_seconds": "Seconds from receiving a request to its first token.",
+    "inter_token_latency_seconds": "Seconds between consecutive tokens of a choice.",
+    "e2e_request_latency_seconds": "Seconds from receiving a request to its last byte.",
+    "request_log_failures_total": "Request-log records that could not be written.",
+}
+
+
+def _head(name: str, kind: str) -> list[str]:
+    return [f"# HELP atom:{name} {_HELP[name]}", f"# TYPE atom:{name} {kind}"]
+
+
 def _sample(name: str, kind: str, labels: str, value: float) -> list[str]:
-    return [f"# TYPE atom:{name} {kind}", f"atom:{name}{{{labels}}} {value}"]
+    return [*_head(name, kind), f"atom:{name}{{{labels}}} {value}"]

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from functools import cache
 from pathlib import Path
@@ -22,12 +22,13 @@ from atom.events import Envelope, event_class
 SCHEMA_VERSION = 1
 
 
-def encode(envelope: Envelope) -> str:
-    """One JSON line (no newline) for `envelope`."""
+def encode(envelope: Envelope, *, ensure_ascii: bool = False) -> str:
+    """One JSON line (no newline) for `envelope`. With `ensure_ascii` every non-ASCII
+    character is a `\\u` escape: the form for text holding lone surrogates."""
     head = {"v": SCHEMA_VERSION, "seq": envelope.seq, "at": envelope.at}
     event = envelope.event
     payload = {"type": event.type, **_plain(event)}
-    return json.dumps({**head, **payload}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps({**head, **payload}, ensure_ascii=ensure_ascii, separators=(",", ":"))
 
 
 def decode(line: str) -> Envelope:
@@ -43,19 +44,22 @@ def decode(line: str) -> Envelope:
     return Envelope(seq=seq, at=at, event=_build(cls, raw))
 
 
-def read_log(path: str | Path) -> Iterator[Envelope]:
-    """Every envelope of a log file in order; a torn last line (a crash) is skipped."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for idx, line in enumerate(lines):
-        if not line.strip():
+def read_log(
+    path: str | Path, *, on_torn: Callable[[int, str], None] | None = None
+) -> Iterator[Envelope]:
+    """Every envelope of a log file in order. A torn line (a crash mid-write: cut JSON,
+    a cut UTF-8 character) is skipped and passed to `on_torn` with its line number and
+    the reason; the lines after it, such as those a restarted server appended, are read."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
         try:
-            yield decode(line)
-        except json.JSONDecodeError:
-            if idx < len(lines) - 1 and any(rest.strip() for rest in lines[idx + 1 :]):
-                raise
-            return
+            yield decode(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if on_torn is not None:
+                on_torn(number, str(exc))
 
 
 def encode_all(envelopes: Iterable[Envelope]) -> str:

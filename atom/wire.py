@@ -41,6 +41,7 @@ class Output:
     status: int = 200
     content_type: str = "application/json"
     is_final: bool = False
+    retry_after_s: int | None = None  # an error's Retry-After header
 
 
 def dumps(obj: Any) -> bytes:
@@ -63,7 +64,9 @@ def usage_of(done: RequestCompleted) -> dict[str, Any]:
 
 def error_output(failed: RequestFailed) -> Output:
     body = error_body(failed.message, failed.error_type, param=failed.param, code=failed.code)
-    return Output(body=dumps(body), status=failed.status, is_final=True)
+    return Output(
+        body=dumps(body), status=failed.status, is_final=True, retry_after_s=failed.retry_after_s
+    )
 
 
 def renderer_for(received: RequestReceived) -> StreamRenderer | BodyRenderer:

@@ -47,11 +47,13 @@ def fake_loader(
 
 
 @asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Serve `app` with hypercorn on a free loopback port; yields the base URL."""
+async def serving(app: Any, *, graceful_timeout_s: float = 3.0) -> AsyncIterator[str]:
+    """Serve `app` with hypercorn on a free loopback port; yields the base URL. On leaving,
+    requests still running get `graceful_timeout_s` before they are cancelled."""
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
+    config.graceful_timeout = graceful_timeout_s
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(

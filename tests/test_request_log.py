@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from atom.events import (
@@ -22,7 +26,7 @@ from atom.events import (
     TextDelta,
     TokensSampled,
 )
-from atom.request_log import decode, encode
+from atom.request_log import decode, encode, read_log
 
 PARAMS = SamplingParams(temperature=0.5, top_k=3, stop=("x", "y"), seed=9)
 EVENTS: list[Event] = [
@@ -65,3 +69,28 @@ def test_unknown_type_or_version_is_refused() -> None:
         decode('{"v":1,"seq":0,"at":0,"type":"nope","request_id":"r"}')
     with pytest.raises(ValueError, match="version"):
         decode('{"v":99,"seq":0,"at":0,"type":"abort","request_id":"r"}')
+
+
+def test_torn_lines_are_reported_and_skipped_and_the_rest_is_read(tmp_path: Path) -> None:
+    """A crash mid-character, then lines a restarted server appended."""
+    good = [encode(Envelope(seq=i, at=0.0, event=EVENTS[2])).encode() for i in range(3)]
+    cut_in_a_character = good[1][: good[1].index("🙂".encode()) + 2]
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(good[0] + b"\n" + cut_in_a_character + b"\n" + good[2] + b"\n" + good[0][:9])
+    torn: list[tuple[int, str]] = []
+    envelopes = list(read_log(path, on_torn=lambda number, reason: torn.append((number, reason))))
+    assert [e.seq for e in envelopes] == [0, 2]
+    assert [number for number, _ in torn] == [2, 4]
+    assert "utf-8" in torn[0][1]
+
+
+def test_atom_replay_reports_a_torn_line_and_replays_the_rest(tmp_path: Path) -> None:
+    line = encode(Envelope(seq=0, at=0.0, event=EVENTS[2]))
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(line.encode()[:-5] + b"\n" + line.encode() + b"\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "atom.cli", "replay", str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{path}:1: skipped a torn line" in done.stderr
+    assert done.stdout.startswith("### r ")

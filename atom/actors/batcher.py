@@ -4,12 +4,14 @@ Loop: apply aborts → admit queued requests while sequences are free → plan o
 step → run it on the device thread (HTTP stays responsive) → publish sampled
 tokens to each request's Outbox. New requests join the running batch at step
 boundaries (continuous batching). The submit queue is bounded: when it is full
-`submit_nowait` raises Overloaded and the client gets a 429.
+`submit_nowait` raises Overloaded and the client gets a 429; a request that waits in it
+longer than `max_queue_wait_s` is failed with QueueTimeout (a 503).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,9 +19,10 @@ import trio
 
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
-from atom.errors import AtomError, Overloaded
+from atom.errors import AtomError, EngineFailed, Overloaded, QueueTimeout
 from atom.events import (
     Abort,
+    EngineIdle,
     EngineStepped,
     Envelope,
     Event,
@@ -41,6 +44,13 @@ class BatcherStatistics:
     num_steps: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    submit: Submit
+    outbox: Outbox
+    queued_at: float  # trio's clock
+
+
 @dataclass(slots=True)
 class _Admitted:
     submit: Submit
@@ -56,29 +66,32 @@ class Batcher:
         *,
         publish: Callable[[Event], Envelope],
         max_queued_requests: int,
+        max_queue_wait_s: float = math.inf,
         device: DeviceThread,
     ) -> None:
         self._runner = runner
         self._scheduler = scheduler
         self._publish = publish
-        self._to_queue, self._queue = trio.open_memory_channel[tuple[Submit, Outbox]](
-            max_queued_requests
-        )
+        self._queue: deque[_Queued] = deque()  # oldest first
+        self._max_queued = max_queued_requests
+        self._max_queue_wait_s = max_queue_wait_s
+        self._is_closed = False
         self._to_aborts, self._aborts = trio.open_memory_channel[Abort](math.inf)
-        self._next: tuple[Submit, Outbox] | None = None  # pulled from the queue, not admitted
         self._running: dict[str, _Admitted] = {}
         self._wake = trio.Event()
         self._device = device  # every runner call happens on this one thread
         self._num_steps = 0
+        self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
 
     # --- called by request actors (same Trio thread) ---------------------------
 
     def submit_nowait(self, submit: Submit, outbox: Outbox) -> None:
         """Queue a request; raises Overloaded when the queue is full. Never blocks."""
-        try:
-            self._to_queue.send_nowait((submit, outbox))
-        except trio.WouldBlock:
-            raise Overloaded("the server is overloaded; retry later") from None
+        if self._is_closed:
+            raise EngineFailed("the engine is not running")
+        if len(self._queue) >= self._max_queued:
+            raise Overloaded("the server is overloaded; retry later")
+        self._queue.append(_Queued(submit, outbox, trio.current_time()))
         self._wake.set()
 
     def abort_nowait(self, abort: Abort) -> None:
@@ -87,11 +100,10 @@ class Batcher:
         self._wake.set()
 
     def statistics(self) -> BatcherStatistics:
-        queued = self._queue.statistics().current_buffer_used + (self._next is not None)
         return BatcherStatistics(
             num_running_requests=len(self._running),
             num_running_seqs=self._scheduler.num_seqs,
-            num_queued_requests=queued,
+            num_queued_requests=len(self._queue),
             num_runner_seqs=self._runner.num_sequences(),
             num_steps=self._num_steps,
         )
@@ -105,12 +117,16 @@ class Batcher:
             self._admit()
             plan = self._scheduler.schedule()
             if not plan.chunks:
+                if self._scheduler.kv.usage != self._published_usage:  # aborts freed blocks
+                    self._published_usage = self._scheduler.kv.usage
+                    self._publish(EngineIdle(kv_cache_usage=self._published_usage))
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
             stats = self._scheduler.stats
             sampled = await self._device.run_sync(self._runner.step, plan)
             self._num_steps += 1
+            self._published_usage = self._scheduler.kv.usage
             for output in self._scheduler.update(plan, sampled):
                 self._deliver(output)
             self._publish(
@@ -126,18 +142,15 @@ class Batcher:
             await trio.lowlevel.checkpoint()  # let request actors run between steps
 
     def fail_all(self, error: AtomError) -> None:
-        """Close every outbox with `error` (the Batcher is dying). Idempotent."""
-        pending = [a.outbox for a in self._running.values()]
-        if self._next is not None:
-            pending.append(self._next[1])
-        while True:
-            try:
-                pending.append(self._queue.receive_nowait()[1])
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        for outbox in pending:
+        """Close every outbox with `error` (the Batcher is dying) and refuse new submits.
+        Idempotent."""
+        self._is_closed = True
+        for outbox in [
+            *(a.outbox for a in self._running.values()),
+            *(q.outbox for q in self._queue),
+        ]:
             outbox.close(error)
-        self._to_queue.close()
+        self._queue.clear()
 
     def _apply_aborts(self) -> None:
         while True:
@@ -153,26 +166,37 @@ class Batcher:
                     self._release_seq(seq.seq_id, abort.request_id)
 
     def _admit(self) -> None:
-        while True:
-            if self._next is None:
-                try:
-                    self._next = self._queue.receive_nowait()
-                except trio.WouldBlock:
-                    return
-            submit, outbox = self._next
-            if outbox.is_abandoned:
-                self._next = None
-                outbox.close()
-                self._publish(RequestReleased(request_id=submit.request_id, was_scheduled=False))
-                continue
-            if not self._scheduler.can_admit(submit.total_choices):
+        """Admit queued requests oldest first while the scheduler has room, dropping the
+        abandoned ones as they reach the head, after failing those that waited too long."""
+        self._expire()
+        while self._queue:
+            head = self._queue[0]
+            if not head.outbox.is_abandoned and not self._scheduler.can_admit(
+                head.submit.total_choices
+            ):
                 return
-            self._next = None
+            self._queue.popleft()
+            if head.outbox.is_abandoned:
+                head.outbox.close()
+                self._publish(
+                    RequestReleased(request_id=head.submit.request_id, was_scheduled=False)
+                )
+                continue
+            submit = head.submit
             self._scheduler.add(submit)
-            self._running[submit.request_id] = _Admitted(submit, outbox, submit.total_choices)
+            self._running[submit.request_id] = _Admitted(submit, head.outbox, submit.total_choices)
             self._publish(
                 RequestScheduled(request_id=submit.request_id, num_running=len(self._running))
             )
+
+    def _expire(self) -> None:
+        """Fail the requests that waited longer than max_queue_wait_s (the oldest are first)."""
+        deadline = trio.current_time() - self._max_queue_wait_s
+        while self._queue and self._queue[0].queued_at < deadline:
+            queued = self._queue.popleft()
+            wait = f"{self._max_queue_wait_s:g}"
+            queued.outbox.close(QueueTimeout(f"the request waited more than {wait} s in the queue"))
+            self._publish(RequestReleased(request_id=queued.submit.request_id, was_scheduled=False))
 
     def _deliver(self, output: SeqOutput) -> None:
         seq = output.seq

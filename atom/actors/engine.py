@@ -28,6 +28,7 @@ from atom.metrics import Metrics
 from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Runtime
 from atom.model.scheduler import Scheduler
+from atom.text.prompt import max_token_chars
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +42,7 @@ class EngineCore:
     tokenizer: Any
     clock: Clock
     max_model_len: int
+    max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
     precompile: Callable[[str], object] | None = None
 
 
@@ -70,18 +72,29 @@ class Engine:
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.core: EngineCore | None = None
+        self.logger: RequestLogger | None = None
+        self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
         self.created = int(clock())
 
     @property
     def is_ready(self) -> bool:
-        return self.core is not None
+        return self.core is not None and not self.has_stopped
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        except Exception:
+            log.critical("engine_died", exc_info=True)
+            self._on_fatal()
+        finally:
+            self.has_stopped = True
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             if self.settings.request_log:
-                logger = RequestLogger(self.settings.request_log)
-                await nursery.start(logger.run)
-                self.bus.subscribe(logger.log_nowait)
+                self.logger = RequestLogger(self.settings.request_log)
+                await nursery.start(self.logger.run)
+                self.bus.subscribe(self.logger.log_nowait)
             task_status.started()
             device = DeviceThread()  # loads the model, then runs every step
             try:
@@ -94,6 +107,7 @@ class Engine:
                 await self._serve(runtime, device)
             finally:
                 device.close()
+                nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
 
     async def _serve(self, runtime: Runtime, device: DeviceThread) -> None:
         s = self.settings
@@ -115,6 +129,7 @@ class Engine:
             scheduler,
             publish=self.bus.publish,
             max_queued_requests=s.max_queued_requests,
+            max_queue_wait_s=s.max_queue_wait,
             device=device,
         )
         self.core = EngineCore(
@@ -123,6 +138,7 @@ class Engine:
             tokenizer=runtime.tokenizer,
             clock=self._clock,
             max_model_len=runtime.max_model_len,
+            max_prompt_chars=runtime.max_model_len * max_token_chars(runtime.tokenizer),
             precompile=runtime.precompile,
         )
         log.info(

@@ -71,7 +71,8 @@ class RequestActor:
         self._renderer = renderer_for(request.received)
         self._outbox = Outbox()
         self._has_headers = False
-        self._is_done = False
+        self._is_done = False  # the final bytes have been handed to the server
+        self._has_client_left = False
         self._received_at = 0.0
         self._first_token_at: float | None = None
         self._last_token_at = 0.0
@@ -100,9 +101,11 @@ class RequestActor:
                 failure = EngineFailed("internal error while serving the request")
             finally:
                 if not self._is_done and failure is None:
-                    self._release("client_disconnected")
+                    # Cancelled from outside without the client leaving: the server stops.
+                    reason = "client_disconnected" if self._has_client_left else "server_shutdown"
+                    self._release(reason)
                     self._core.bus.publish(
-                        RequestAborted(request_id=self.request_id, reason="client_disconnected")
+                        RequestAborted(request_id=self.request_id, reason=reason)
                     )
             if failure is not None:
                 await self._fail(failure)
@@ -178,7 +181,6 @@ class RequestActor:
                         ) + event.num_reasoning_tokens
                 await self._emit(event)
         await self._emit(self._completed())
-        self._is_done = True
 
     def _completed(self) -> RequestCompleted:
         first = self._first_token_at or self._received_at
@@ -197,6 +199,9 @@ class RequestActor:
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
+        if self._is_done:
+            return  # the server sends http.disconnect after a complete response too
+        self._has_client_left = True
         self._core.bus.publish(ClientDisconnected(request_id=self.request_id))
         cancel_scope.cancel()
 
@@ -220,6 +225,7 @@ class RequestActor:
             error_type=error.error_type,
             param=error.param,
             code=error.code,
+            retry_after_s=error.retry_after_s,
         )
         with trio.move_on_after(5):  # a vanished client must not hold us
             await self._emit(event)
@@ -231,11 +237,17 @@ class RequestActor:
             await self._send_output(output)
 
     async def _send_output(self, output: Output) -> None:
+        if output.is_final:
+            self._is_done = True  # an http.disconnect from now on is the connection closing
         if not self._has_headers:
             self._has_headers = True
             headers = [(b"content-type", output.content_type.encode())]
             if output.content_type == "text/event-stream":
                 headers.append((b"cache-control", b"no-cache"))
+            if output.is_final:  # the whole body at once: HTTP/1.0 clients need its length
+                headers.append((b"content-length", str(len(output.body)).encode()))
+            if output.retry_after_s is not None:
+                headers.append((b"retry-after", str(output.retry_after_s).encode()))
             await self._send(
                 {"type": "http.response.start", "status": output.status, "headers": headers}
             )

@@ -3,7 +3,10 @@ it reads its settings from `ATOM_*` environment variables."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+
+import structlog
 
 # Before torch loads: OpenMP workers keep spinning between the many small parallel
 # regions of a step (ACTIVE), but only for ~1 s after the last one (the spin
@@ -19,6 +22,13 @@ from atom.logs import configure_logging
 
 _settings = Settings.from_env()
 configure_logging(_settings.log_level)
+if multiprocessing.parent_process() is not None:
+    # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.
+    structlog.get_logger(__name__).warning(
+        "served_from_a_worker_process",
+        advice="a crash of this worker is reported as exit status 0; for a supervisor "
+        "to see it, serve with `atom serve` or `hypercorn -k trio -w 0 atom.http:app`",
+    )
 app: AtomApp = create_app(_settings)
 
 __all__ = ["AtomApp", "app", "create_app"]

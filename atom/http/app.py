@@ -19,10 +19,17 @@ from atom.actors.bus import Clock
 from atom.actors.engine import Engine, terminate_process
 from atom.actors.request import ASGIReceive, ASGISend
 from atom.config import Settings
-from atom.errors import AtomError, MethodNotAllowed, RouteNotFound
+from atom.errors import (
+    AtomError,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    RequestTimeout,
+    RouteNotFound,
+)
 from atom.http import info, tokenize
+from atom.http.body import MAX_BODY_BYTES
 from atom.http.chat_setup import check_parser_names
-from atom.http.errors import error_bytes
+from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.model.runner import Runtime
 
@@ -61,7 +68,8 @@ def create_app(
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams
-    quart.config["BODY_TIMEOUT"] = None
+    quart.config["BODY_TIMEOUT"] = settings.body_timeout  # a body that stops arriving: 408
+    quart.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # 413
 
     @quart.before_serving
     async def start_engine() -> None:
@@ -77,6 +85,16 @@ def create_app(
             return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
         if error.code == 404:
             return json_error(RouteNotFound("no such route"))
+        if error.code == 408:
+            return json_error(
+                RequestTimeout(
+                    f"the request body did not arrive within {settings.body_timeout:g} s"
+                )
+            )
+        if error.code == 413:
+            return json_error(
+                PayloadTooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+            )
         return json_error(AtomError(str(error.description)))
 
     info.register(quart, engine)
@@ -86,4 +104,4 @@ def create_app(
 
 def json_error(error: AtomError) -> Response:
     status, body = error_bytes(error)
-    return Response(body, status=status, content_type="application/json")
+    return Response(body, status=status, headers=dict(error_headers(error)))

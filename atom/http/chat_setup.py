@@ -87,19 +87,16 @@ def _forced(
         )
     choice = body.tool_choice
     fmt: ToolFormat
-    if choice == "required":
-        max_calls = None if body.parallel_tool_calls else 1
-        constraint, fmt = g.tool_call_list(tools, max_calls=max_calls), CallList()
-    else:
-        assert isinstance(choice, NamedToolChoice)
-        named = [t for t in tools if t["function"]["name"] == choice.function.name]
-        if not named:
-            raise InvalidRequest(
-                f"tool_choice names {choice.function.name!r}, which is not in tools",
-                param="tool_choice",
-            )
-        constraint = g.tool_arguments(named[0]["function"].get("parameters"))
-        fmt = NamedCall(choice.function.name)
+    try:
+        if choice == "required":
+            max_calls = None if body.parallel_tool_calls else 1
+            constraint, fmt = g.tool_call_list(tools, max_calls=max_calls), CallList()
+        else:
+            assert isinstance(choice, NamedToolChoice)
+            constraint = g.tool_arguments(_named_tool(tools, choice.function.name))
+            fmt = NamedCall(choice.function.name)
+    except g.GrammarError as exc:
+        raise InvalidRequest(f"tools: {exc}", param="tools") from None
     return ChatSetup(
         template_tools=tools,
         template_kwargs=kwargs,
@@ -108,3 +105,12 @@ def _forced(
         grammar=constraint,
         is_named_tool_choice=choice != "required",
     )
+
+
+def _named_tool(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The parameters schema of the function `tool_choice` names."""
+    for tool in tools:
+        if tool["function"]["name"] == name:
+            parameters: dict[str, Any] | None = tool["function"].get("parameters")
+            return parameters
+    raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")

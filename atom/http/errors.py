@@ -6,17 +6,36 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from atom.errors import AtomError, InvalidRequest
+from atom.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
 from atom.wire import dumps
 
 
 def from_validation(exc: ValidationError) -> InvalidRequest:
-    """The first pydantic error as a 400 naming the offending field."""
-    first = exc.errors()[0]
-    param = ".".join(str(part) for part in first["loc"] if not str(part).startswith("function"))
-    message = first["msg"]
+    """A 400 naming the offending field. Of a union's alternatives the deepest error is
+    the one that says what is wrong; alternatives failing at the same field are joined."""
+    errors = [(_field_path(e["loc"]), e["msg"]) for e in exc.errors()]
+    depth = max(len(path) for path, _ in errors)
+    deepest = [(path, msg) for path, msg in errors if len(path) == depth]
+    param = ".".join(deepest[0][0])
+    messages = list(dict.fromkeys(msg for path, msg in deepest if ".".join(path) == param))
+    message = ", or: ".join(messages)
     return InvalidRequest(f"{param}: {message}" if param else message, param=param or None)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    """pydantic's error location without the labels it adds for union alternatives
+    (`str`, `list[...]`, class names, a tagged union's tag before the same name)."""
+    path: list[str] = []
+    for part in map(str, loc):
+        is_label = part in _TYPE_LABELS or "[" in part or part[:1].isupper()
+        if is_label or part.startswith("function-") or (path and path[-1] == part):
+            continue
+        path.append(part)
+    return path
+
+
+_TYPE_LABELS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
 def check_extras(body: BaseModel, *, prefix: str = "") -> None:
@@ -46,10 +65,19 @@ def error_bytes(error: AtomError) -> tuple[int, bytes]:
     return error.status, dumps(error.body())
 
 
-def parse(model: type[BaseModel], payload: Any) -> Any:
-    """Validate `payload` as `model`; raises InvalidRequest."""
-    if not isinstance(payload, dict):
-        raise InvalidRequest("the request body must be a JSON object")
+def error_headers(error: AtomError) -> dict[str, str]:
+    """The headers of an error answer: JSON, Retry-After when waiting may help, and a
+    closed connection after a body that was cut short (its unread rest is no request)."""
+    headers = {"content-type": "application/json"}
+    if error.retry_after_s is not None:
+        headers["retry-after"] = str(error.retry_after_s)
+    if isinstance(error, PayloadTooLarge | RequestTimeout):
+        headers["connection"] = "close"
+    return headers
+
+
+def parse(model: type[BaseModel], payload: dict[str, Any]) -> Any:
+    """Validate a decoded body (atom.http.body) as `model`; raises InvalidRequest."""
     try:
         body = model.model_validate(payload)
     except ValidationError as exc:

@@ -7,7 +7,6 @@ generator inside Quart cannot host the actor's nursery safely).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import MutableMapping
 from typing import Any
@@ -16,17 +15,17 @@ import trio
 
 from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
-from atom.errors import AtomError, EngineNotReady, InvalidRequest, ModelNotFound
+from atom.errors import AtomError, EngineFailed, EngineNotReady, InvalidRequest, ModelNotFound
 from atom.events import Endpoint, RequestReceived, Submit
+from atom.http.body import decode_json, read_body
 from atom.http.chat_setup import ChatSetup, chat_setup
-from atom.http.errors import error_bytes, parse
-from atom.http.prompts import render_prompts
+from atom.http.errors import error_bytes, error_headers, parse
+from atom.http.prompts import check_prompt_size, render_prompts
 from atom.http.sampling import sampling_params
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, _SamplingBody
 from atom.http.structured import constraint_of
 
 ROUTES = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 async def serve_generation(
@@ -34,7 +33,7 @@ async def serve_generation(
 ) -> None:
     endpoint = ROUTES[scope["path"]]
     try:
-        raw = await _read_body(receive)
+        raw = await read_body(receive, timeout_s=engine.settings.body_timeout)
         if raw is None:
             return  # the client left before sending its body
         # Templates, tokenization and grammar validation run off the event loop.
@@ -48,35 +47,20 @@ async def serve_generation(
 
 async def send_error(send: ASGISend, error: AtomError) -> None:
     status, body = error_bytes(error)
-    headers = [(b"content-type", b"application/json")]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    headers = {**error_headers(error), "content-length": str(len(body))}
+    raw_headers = [(name.encode(), value.encode()) for name, value in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _read_body(receive: ASGIReceive) -> bytes | None:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if size > MAX_BODY_BYTES:
-            raise InvalidRequest(f"request body larger than {MAX_BODY_BYTES} bytes")
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationRequest:
     """Validate and render one request; raises AtomError with the right status."""
-    try:
-        payload = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    payload = decode_json(raw)
     schema = ChatCompletionRequest if endpoint is Endpoint.CHAT else CompletionRequest
     body = parse(schema, payload)
     core = ready_core(engine)
     model = check_model(engine, body.model)
+    check_prompt_size(body, core.max_prompt_chars)
     num_choices = _num_choices(engine, body)
     chat = chat_setup(engine.settings, body) if isinstance(body, ChatCompletionRequest) else None
     prompts = render_prompts(core.tokenizer, body, chat)
@@ -143,6 +127,8 @@ def _num_choices(engine: Engine, body: _SamplingBody) -> int:
 
 
 def ready_core(engine: Engine) -> EngineCore:
+    if engine.has_stopped:
+        raise EngineFailed("the engine has stopped; the server is shutting down")
     if engine.core is None:
         raise EngineNotReady("the model is still loading; retry shortly")
     return engine.core

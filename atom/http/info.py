@@ -7,7 +7,6 @@ from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.config import DEFAULT_MODEL_NAME
-from atom.errors import EngineNotReady
 from atom.http.generation import ready_core
 from atom.wire import dumps
 
@@ -15,9 +14,9 @@ from atom.wire import dumps
 def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/health")
     async def health() -> Response:
-        if not engine.is_ready:
-            raise EngineNotReady("the model is still loading")
-        return Response(b"", status=200)
+        ready_core(engine)  # 503 while loading, 500 once the engine has stopped
+        body = dumps({"status": "ok", "model": engine.settings.model_name})
+        return Response(body, content_type="application/json")
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -36,5 +35,6 @@ def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         ready_core(engine)
-        text = engine.metrics.render(engine.settings.model_name)
+        failures = engine.logger.num_failed if engine.logger else None
+        text = engine.metrics.render(engine.settings.model_name, request_log_failures=failures)
         return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -4,6 +4,7 @@ limit, token-id ranges and the request's own cross-field rules."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -90,10 +91,13 @@ def _allowed(ids: list[int] | None, vocab: int) -> tuple[int, ...] | None:
     return None if ids is None else _ids("allowed_token_ids", ids, vocab)
 
 
+_TOKEN_ID = re.compile(r"-?[0-9]+")
+
+
 def _logit_bias(bias: dict[str, float], vocab: int) -> tuple[tuple[int, float], ...]:
     out = []
     for key, value in bias.items():
-        if not key.lstrip("-").isdigit():
+        if not _TOKEN_ID.fullmatch(key):  # ASCII digits: int() also takes "١٢" and " 5"
             raise InvalidRequest(
                 f"logit_bias keys must be token ids, got {key!r}", param="logit_bias"
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +27,8 @@ LEGACY_GUIDED = {
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    # NaN and infinities are refused as "finite number" before any range check.
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -37,6 +38,19 @@ class StreamOptions(_Body):
 class TextPart(_Body):
     type: Literal["text"]
     text: str
+
+
+class ImageUrl(_Body):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Body):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class FunctionCall(_Body):
@@ -52,16 +66,21 @@ class ToolCallIn(_Body):
 
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+
+    def image_part_idx(self) -> int | None:
+        """The index of the first image part, if any (text-only models refuse them)."""
+        parts = self.content if isinstance(self.content, list) else []
+        return next((i for i, p in enumerate(parts) if isinstance(p, ImagePart)), None)
 
     def as_template_message(self) -> dict[str, Any]:
         """The message as chat templates expect it; tool-call arguments as objects."""
         content = self.content
         if isinstance(content, list):
-            content = "".join(part.text for part in content)
+            content = "".join(part.text for part in content if isinstance(part, TextPart))
         message: dict[str, Any] = {"role": self.role, "content": content or ""}
         if self.name is not None:
             message["name"] = self.name

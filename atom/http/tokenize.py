@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.errors import InvalidRequest
+from atom.http.body import decode_json
 from atom.http.errors import parse
 from atom.http.generation import check_model, ready_core
+from atom.http.prompts import check_prompt_size
 from atom.http.schemas import DetokenizeRequest, TokenizeRequest
 from atom.text.prompt import encode_text, render_chat
 from atom.wire import dumps
@@ -22,6 +24,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
         body = parse(TokenizeRequest, await _json())
         core = ready_core(engine)
         check_model(engine, body.model)
+        check_prompt_size(body, core.max_prompt_chars)
         if body.messages is not None:
             try:
                 ids = render_chat(core.tokenizer, [m.as_template_message() for m in body.messages])
@@ -48,9 +51,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
         return Response(dumps({"prompt": text}), content_type="application/json")
 
 
-async def _json() -> object:
-    data = await request.get_data()
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+async def _json() -> dict[str, Any]:
+    """The body, read by Quart within MAX_CONTENT_LENGTH and BODY_TIMEOUT (app.py)."""
+    raw = await request.get_data(as_text=False)
+    return decode_json(raw if isinstance(raw, bytes) else raw.encode())

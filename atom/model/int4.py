@@ -8,10 +8,9 @@ blocks at once). The default model ships as Q4_1, and a Q4_1 block's smallest an
 largest weights sit at q = 0 and q = 15, so re-quantizing its dequantized weights
 gives back those very blocks.
 
-Up to `GEMV_ROWS` activation rows go through ATOM's `int4_linear` kernel (integer
-dot products on activations quantized per 32-block); more rows through an int8
-(fbgemm) copy of the 4-bit weights, as `--quantization int8` runs them, so a layer
-holds both copies (1.625 bytes a weight).
+Every product is ATOM's `int4_linear` kernel: integer dot products on activations
+quantized per 32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own
+block, the 4-bit rows streamed once for every 32 rows of activations.
 """
 
 from __future__ import annotations
@@ -21,11 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.int8 import INT4, Gemv, Int8Linear
+from atom.model.int8 import INT4, Gemv
 
 BLOCK = 32
 BLOCK_BYTES = 20
-GEMV_ROWS = 4
 
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,23 +51,16 @@ class Int4Linear(nn.Module):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
-        self._blocks, dequantized = quantize_blocks(linear.weight)
+        self._blocks, _ = quantize_blocks(linear.weight)
         self._bias = None if linear.bias is None else linear.bias.detach().float()
         self._gemv = gemv
-        wide = nn.Linear(self.in_features, self.out_features, bias=self._bias is not None)
-        wide.weight.data = dequantized
-        if self._bias is not None:
-            wide.bias.data = self._bias
-        self._wide = Int8Linear(wide)  # many rows: fbgemm over the same 4-bit values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() <= GEMV_ROWS * self.in_features:
-            return self._gemv(x, self._blocks, self._bias)
-        return self._wide(x)  # type: ignore[no-any-return]
+        return self._gemv(x, self._blocks, self._bias)
 
-    def projection(self, kernels: Any) -> tuple[Any, int]:
-        """This layer as the kernels' `Projection` and the rows it takes that way."""
-        return kernels.Projection(INT4, self._blocks, None, self._bias), GEMV_ROWS
+    def projection(self, kernels: Any) -> Any:
+        """This layer as the kernels' `Projection`."""
+        return kernels.Projection(INT4, self._blocks, None, self._bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, block={BLOCK}"

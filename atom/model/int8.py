@@ -2,33 +2,42 @@
 
 Each Linear becomes an `Int8Linear`: weights quantized once, symmetric, one scale
 per output row. A decode step then reads a quarter of float32's weight bytes,
-which is what small-batch decode is bound by. Two kernels run them, each from
-its own copy (with the C++ kernels the int8 weights are held twice):
+which is what small-batch decode is bound by. With ATOM's CPU kernels a product of
+fewer than `WIDEN_ROWS` rows is the `int8_linear` kernel (float activations, the
+int8 rows streamed once for every 32 rows of activations); longer ones (prefill),
+and every product without the kernels, multiply by the int8 values widened to
+float and scale the result.
 
-- up to `GEMV_ROWS` activation rows (decode at batch 1-2), ATOM's `int8_linear`
-  CPU kernel when it is built: float activations, the int8 rows streamed once;
-- more rows, torch's fbgemm/x86 dynamic-quantization kernel: activations
-  quantized per call (7-bit range, as those kernels need on AVX2), integer
-  matrix products. It is called as the bare op: torch.ao's module and op packet
-  cost ~6 µs of Python checks a call, 120 calls a step.
-
-So outputs differ slightly with the batch size, as int8 outputs already did
-with the batch's activation range.
+Activations are never quantized. torch's fbgemm dynamic-quantization kernel,
+which this layer used for more than two rows before, quantizes a whole batch of
+activations to one 7-bit range: on SmolLM2 its logits' top token agreed with
+float32's at only ~45 % of positions of a real text (docs/performance.md), where
+per-row float activations agree as float32 does with itself.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-GEMV_ROWS = 2  # measured: the kernel wins at 1-2 rows (23 vs 16 GB/s), fbgemm from 4
+# From this many rows (prefill) widening the weights and one float GEMM beat the kernel
+# (one 576x1536 product here: 64 rows 1.8 vs 2.0 ms, 256 rows 7.1 vs 4.7 ms).
+WIDEN_ROWS = 128
 
 Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y
 FLOAT, INT8, INT4 = 0, 1, 2  # the kernels' Projection kinds (csrc/ops.h)
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 [N, K], float32 scales [N]): symmetric, one scale per output row."""
+    weight = weight.detach().float()
+    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+    values = (weight / scales.unsqueeze(1)).round().clamp(-127, 127).to(torch.int8)
+    return values.contiguous(), scales.contiguous()
 
 
 class Int8Linear(nn.Module):
@@ -36,32 +45,21 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
-        weight = linear.weight.detach().float()
-        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
-        zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-        with warnings.catch_warnings():  # quantized tensors are deprecated, still shipped
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scales.double(), zeros, 0, torch.qint8)
-        bias = None if linear.bias is None else linear.bias.detach().float()
-        self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
-        self._op = torch.ops.quantized.linear_dynamic.default
+        self._weight, self._scale = quantize_rows(linear.weight)
+        self._bias = None if linear.bias is None else linear.bias.detach().float()
         self._gemv = gemv
-        if gemv is not None:  # the same int8 values, row-major, for the kernel
-            self._weight = qweight.int_repr().contiguous()
-            self._scale = scales.float().contiguous()
-            self._bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._gemv is not None and x.numel() <= GEMV_ROWS * self.in_features:
+        if self._gemv is not None and x.numel() < WIDEN_ROWS * self.in_features:
             return self._gemv(x, self._weight, self._scale, self._bias)
-        return self._op(x, self._packed, True)  # type: ignore[no-any-return]
+        y = F.linear(x, self._weight.to(x.dtype)) * self._scale
+        return y if self._bias is None else y + self._bias
 
-    def projection(self, kernels: Any) -> tuple[Any, int] | None:
-        """This layer as the kernels' `Projection` and the rows it takes that way
-        (None: it has no kernel copy)."""
+    def projection(self, kernels: Any) -> Any | None:
+        """This layer as the kernels' `Projection` (None: it runs without them)."""
         if self._gemv is None:
             return None
-        return kernels.Projection(INT8, self._weight, self._scale, self._bias), GEMV_ROWS
+        return kernels.Projection(INT8, self._weight, self._scale, self._bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"

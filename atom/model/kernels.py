@@ -6,8 +6,8 @@
   from the paged KV cache. The torch fallback gathers each sequence's K/V into a
   padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
   ~2x the kernel per layer (docs/performance.md).
-- `int8_linear` and `int4_linear` (`linear.cpp`) multiply up to 4 activation rows
-  by int8 rows (one scale each) or GGUF Q4_1 blocks, streaming the weights once:
+- `int8_linear` and `int4_linear` (`linear.cpp`) multiply activation rows by int8
+  rows (one scale each) or GGUF Q4_1 blocks, streaming the weights once per 32 rows:
   batch-1 decode is bound by reading them (~23-25 GB/s here for int8, against ~16
   for torch's fbgemm and ~11 for float32 MKL).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
@@ -15,7 +15,8 @@
 
 The build (~50 s, once per machine and source version) lands under
 `<cache_dir>/kernels`; it is tuned for the host CPU (`-march=native`), so the
-folder name carries a fingerprint of the CPU's flags and of the sources.
+folder name carries a fingerprint of the CPU's flags, the sources and the torch
+build. A build is announced (`cpu_kernels_building`, then `cpu_kernels_built`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,11 @@ def load_cpu_ops(cache_dir: str) -> Any:
     build = Path(cache_dir) / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
     _drop_stale_lock(build / "lock")
-    return load(
+    is_built = (build / f"{name}.so").exists()
+    if not is_built:  # a minute or more of silence otherwise
+        log.warning("cpu_kernels_building", folder=str(build), expected_s="50-250")
+    started = time.monotonic()
+    module = load(
         name=name,
         sources=[str(path) for path in SOURCES],
         extra_cflags=CFLAGS,
@@ -56,6 +62,9 @@ def load_cpu_ops(cache_dir: str) -> Any:
         build_directory=str(build),
         verbose=False,
     )
+    if not is_built:
+        log.warning("cpu_kernels_built", seconds=round(time.monotonic() - started, 1))
+    return module
 
 
 def cpu_ops(mode: str, *, device: str, dtype: Any, cache_dir: str) -> Any | None:
@@ -101,10 +110,15 @@ def _ensure_ninja() -> None:
 
 
 def _fingerprint() -> str:
+    """CPU flags, sources, compiler flags, and the torch and Python the module links
+    against: a second environment with another torch must not load this build."""
+    import torch
+
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
     flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
     source = b"".join(path.read_bytes() for path in (*SOURCES, CSRC / "ops.h"))
-    return hashlib.sha256(flags.encode() + source + " ".join(CFLAGS).encode()).hexdigest()[:12]
+    build = f"{' '.join(CFLAGS)} torch {torch.__version__} python {sys.version_info[:2]}"
+    return hashlib.sha256(flags.encode() + source + build.encode()).hexdigest()[:12]

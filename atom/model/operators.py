@@ -18,7 +18,7 @@ from torch import nn
 from atom.model.attention import KernelDecode, StepMeta
 from atom.model.int8 import FLOAT
 
-KERNEL_ROWS = 4  # the most rows the kernels' products take (csrc/linear.cpp kMaxRows)
+STACK_ROWS = 4  # decode steps of up to this many tokens run as one DecodeStack call
 
 
 class TorchOps:
@@ -98,7 +98,7 @@ def decode_stack(model: Any) -> DecodeStack | None:
     kernels = model.ops
     if not hasattr(kernels, "DecodeStack"):
         return None
-    stack, max_rows = kernels.DecodeStack(), KERNEL_ROWS
+    stack = kernels.DecodeStack()
     for layer in model.layers:
         found = [
             _projection(kernels, p)
@@ -107,23 +107,22 @@ def decode_stack(model: Any) -> DecodeStack | None:
         forms = [f for f in found if f is not None]
         if len(forms) < len(found):
             return None
-        max_rows = min([max_rows, *(rows for _, rows in forms)])
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
         if norms[0].variance_epsilon != norms[1].variance_epsilon:
             return None  # the stack takes one epsilon a layer
         stack.add_layer(
-            *(p for p, _ in forms),
+            *forms,
             *(n.weight for n in norms),
             norms[0].variance_epsilon,
             layer.num_heads,
             layer.num_kv_heads,
             layer.how.scale,
         )
-    return DecodeStack(stack=stack, max_rows=max_rows)
+    return DecodeStack(stack=stack, max_rows=STACK_ROWS)
 
 
-def _projection(kernels: Any, linear: nn.Module) -> tuple[Any, int] | None:
+def _projection(kernels: Any, linear: nn.Module) -> Any | None:
     if isinstance(linear, nn.Linear):
-        return kernels.Projection(FLOAT, linear.weight, None, linear.bias), KERNEL_ROWS
+        return kernels.Projection(FLOAT, linear.weight, None, linear.bias)
     form = getattr(linear, "projection", None)
     return None if form is None else form(kernels)  # type: ignore[no-any-return]

@@ -36,3 +36,12 @@ def render_chat(
 
 def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool = True) -> tuple[int, ...]:
     return tuple(int(i) for i in tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+
+def max_token_chars(tokenizer: Any) -> int:
+    """The most characters of text one token can stand for: its longest vocabulary entry.
+
+    A byte-level token's string has one character per byte it covers, a SentencePiece
+    token's one per character (byte-fallback pieces cover one byte), so a text of C
+    characters is at least C / max_token_chars tokens, a bound that needs no tokenizing."""
+    return max(len(token) for token in tokenizer.get_vocab())

@@ -12,6 +12,9 @@ from tests.e2e.conftest import Server
 pytestmark = pytest.mark.slow
 MSG = [{"role": "user", "content": "hi"}]
 CHAT = "/v1/chat/completions"
+BAD_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}
+NAMED = {"type": "function", "function": {"name": "f"}}
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 
 CASES: list[tuple[str, str, Any, int, str | None]] = [
     # (method, path, JSON body or raw bytes, status, param)
@@ -50,6 +53,62 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
     ("POST", CHAT, {"messages": MSG, "guided_json": {}}, 400, "guided_json"),
     ("POST", "/v1/completions", {"prompt": [999999]}, 400, "prompt"),
     ("POST", "/v1/nope", {}, 404, None),
+    # Hostile input (issue 23): lone surrogates, deep nesting, schemas that cannot compile.
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}',
+        400,
+        "user",
+    ),
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\ud800"]}',
+        400,
+        "stop.0",
+    ),
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "metadata": {"k": "\\udfff"}}',
+        400,
+        "metadata.k",
+    ),
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "model": "\\ud800"}',
+        400,
+        "model",
+    ),
+    ("POST", "/v1/completions", b'{"prompt": "\\ud800 hi"}', 400, "prompt"),
+    ("POST", "/tokenize", b'{"prompt": "\\ud800 hi"}', 400, "prompt"),
+    ("POST", CHAT, b"[" * 10_000 + b"]" * 10_000, 400, None),
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [], "metadata": {"k": ' + b"[" * 100 + b"]" * 100 + b"}}",
+        400,
+        "metadata.k" + ".0" * 62,
+    ),
+    ("POST", CHAT, {"messages": MSG, "tools": [BAD_TOOL], "tool_choice": NAMED}, 400, "tools"),
+    (
+        "POST",
+        CHAT,
+        {"messages": [{"role": "user", "content": [IMAGE]}]},
+        400,
+        "messages.0.content.0",
+    ),
+    (
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+        400,
+        "temperature",
+    ),
+    ("POST", CHAT, {"messages": MSG, "logit_bias": {"\u0661\u0662": 1}}, 400, "logit_bias"),
+    ("POST", "/tokenize", b"{" * 10, 400, None),
     ("GET", CHAT, None, 405, None),
     ("DELETE", "/v1/models", None, 405, None),
 ]
@@ -66,6 +125,36 @@ def test_bad_input_is_an_openai_error(
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"]
     assert error["param"] == param
+    if isinstance(body, bytes) and b"\\ud800" in body:
+        assert "surrogate" in error["message"]
+
+
+def test_text_only_model_says_it_takes_no_images(server: Server) -> None:
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, IMAGE]}]}
+    r = httpx.post(server.url + CHAT, json=body, timeout=60)
+    assert r.status_code == 400
+    assert "text only" in r.json()["error"]["message"]
+
+
+def test_nan_is_refused_as_not_finite(server: Server) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}'
+    r = httpx.post(server.url + CHAT, content=body, timeout=60)
+    assert "finite" in r.json()["error"]["message"]
+
+
+def test_prompt_far_past_the_context_is_refused_before_tokenizing(server: Server) -> None:
+    """20 MB of text: refused by its size, not after gigabytes of tokenizer work."""
+    huge = "word " * 4_000_000
+    for path, body in [
+        (CHAT, {"messages": [{"role": "user", "content": huge}]}),
+        ("/v1/completions", {"prompt": huge}),
+        ("/tokenize", {"prompt": huge}),
+    ]:
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 400, path
+        assert "without tokenizing" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/tokenize", content=b" " * (33 * 1024 * 1024), timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
 
 
 def test_prompt_longer_than_context_names_the_lengths(server: Server) -> None:

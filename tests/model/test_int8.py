@@ -3,11 +3,15 @@ float32, for transformers' classes and ATOM's own forward alike."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from transformers import LlamaConfig
 
+from atom.config import Settings
 from atom.model.int8 import Int8Linear
+from atom.model.kernels import load_cpu_ops
 from atom.model.lean import lean_model
 from atom.model.quantization import quantize
 from tests.model.tiny import tiny_model
@@ -21,6 +25,21 @@ def test_int8_linear_is_close_to_float() -> None:
     got = Int8Linear(linear)(x)
     assert got.shape == expected.shape
     assert (got - expected).abs().max() < 0.02 * expected.abs().max()
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_a_row_gets_the_same_output_alone_and_among_many(kernel: bool) -> None:
+    """Activations stay float, so an outlier row cannot coarsen the others (torch's fbgemm
+    path, used before for more than 2 rows, quantized the whole batch to one 7-bit range)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 40)
+    layer = Int8Linear(linear, cpu_ops().int8_linear if kernel else None)
+    x = torch.randn(40, 96)
+    x[7] *= 1000
+    together = layer(x)
+    alone = torch.cat([layer(row.unsqueeze(0)) for row in x])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(together[:7], linear(x[:7]), rtol=0.02, atol=0.02)
 
 
 @pytest.mark.parametrize(("impl", "linears"), [("transformers", 2 * 7 + 1), ("atom", 2 * 4 + 1)])
@@ -48,3 +67,7 @@ def test_quantize_refuses_unknown_methods_and_cuda() -> None:
         quantize(model, "int3", "cpu")
     with pytest.raises(ValueError, match="CPU only"):
         quantize(model, "int8", "cuda")
+
+
+def cpu_ops() -> Any:
+    return load_cpu_ops(Settings().cache_dir)

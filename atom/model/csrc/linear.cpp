@@ -12,13 +12,18 @@
 #include <type_traits>
 #include <vector>
 
-// int8_linear: y = x · (w * scale)ᵀ + bias for a few rows of x (decode at batch 1-4),
-// with w int8 [N, K] and one float scale per output row. The activations stay float32
-// (no activation quantization); each weight row is read once for every row of x, so
-// the cost is streaming the int8 weights, which is what batch-1 decode is bound by.
+// int8_linear: y = x · (w * scale)ᵀ + bias, with w int8 [N, K] and one float scale per
+// output row. The activations stay float32 (no activation quantization); each weight
+// row is read once for every block of rows of x, so at decode sizes the cost is
+// streaming the int8 weights, which is what small-batch decode is bound by.
+//
+// Any number of rows: x is taken kRowBlock rows at a time (a block stays in L2 while
+// every weight row passes by), and each weight row is multiplied with up to kMaxRows
+// rows at once (kept in L1, the accumulators in registers).
 namespace {
 
 constexpr int64_t kMaxRows = 4;
+constexpr int64_t kRowBlock = 32;
 
 // Calls rows(std::integral_constant<int, M>{}) for M in 1..kMaxRows (M == 0: nothing), so
 // the row loops get M as a template parameter and keep their accumulators in registers.
@@ -30,6 +35,15 @@ void for_rows(int64_t M, Rows&& rows) {
     case 3: rows(std::integral_constant<int, 3>{}); break;
     case 4: rows(std::integral_constant<int, 4>{}); break;
     default: break;
+  }
+}
+
+// Calls group(first_row, rows) for the rows of a block of x in groups of at most
+// kMaxRows, rows being a std::integral_constant (see for_rows).
+template <typename Group>
+void for_row_groups(int64_t first, int64_t count, Group&& group) {
+  for (int64_t g = first; g < first + count; g += kMaxRows) {
+    for_rows(std::min(kMaxRows, first + count - g), [&](auto rows) { group(g, rows); });
   }
 }
 
@@ -92,16 +106,21 @@ inline void row_dots(const int8_t* w, const float* x, int64_t K, float* out) {
   }
 }
 
-template <int R>
 void int8_rows(const int8_t* wp, const float* xp, const float* sp, const float* bp,
-               float* op, int64_t N, int64_t K) {
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    float dots[R];
-    for (int64_t n = begin; n < end; ++n) {
-      row_dots<R>(wp + n * K, xp, K, dots);
-      for (int m = 0; m < R; ++m) op[m * N + n] = dots[m] * sp[n] + (bp ? bp[n] : 0.f);
-    }
-  });
+               float* op, int64_t M, int64_t N, int64_t K) {
+  for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+    const int64_t rows_in_block = std::min(kRowBlock, M - m0);
+    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        for_row_groups(m0, rows_in_block, [&](int64_t g, auto rows) {
+          constexpr int R = decltype(rows)::value;
+          float dots[R];
+          row_dots<R>(wp + n * K, xp + g * K, K, dots);
+          for (int m = 0; m < R; ++m) op[(g + m) * N + n] = dots[m] * sp[n] + (bp ? bp[n] : 0.f);
+        });
+      }
+    });
+  }
 }
 
 }  // namespace
@@ -114,7 +133,6 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor s
   const int64_t K = weight.size(1), N = weight.size(0);
   auto flat = x.reshape({-1, K}).contiguous();
   const int64_t M = flat.size(0);
-  TORCH_CHECK(M <= kMaxRows, "int8_linear: at most ", kMaxRows, " rows");
   TORCH_CHECK(weight.is_contiguous() && scale.is_contiguous(), "int8_linear: layout");
   auto out = torch::empty({M, N}, flat.options());
   const float* xp = flat.data_ptr<float>();
@@ -123,11 +141,11 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor s
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
-  for_rows(M, [&](auto rows) { int8_rows<decltype(rows)::value>(wp, xp, sp, bp, op, N, K); });
+  int8_rows(wp, xp, sp, bp, op, M, N, K);
   return shaped_like(out, x, N);
 }
 
-// int4_linear: y = x · Wᵀ + bias for up to 4 rows of x, with W in 4-bit blocks of 32
+// int4_linear: y = x · Wᵀ + bias for any number of rows of x (tiled as int8_linear's), with W in 4-bit blocks of 32
 // weights along each row, GGUF's Q4_1 blocks: a float16 scale d, a float16 minimum m
 // and 32 nibbles q, a weight being d * q + m. A row of K weights is stored as its
 // K / 32 scales, then its K / 32 minimums, then the nibbles, 16 bytes a block (byte j:
@@ -151,6 +169,18 @@ struct QuantizedRows {
   std::vector<float> scale;  // [M, K / 32]
   std::vector<float> sum;    // [M, K / 32]
 };
+
+// Rows first.. of a QuantizedRows.
+struct RowsView {
+  const int8_t* q;
+  const float* scale;
+  const float* sum;
+};
+
+inline RowsView rows_from(const QuantizedRows& xq, int64_t first, int64_t K) {
+  const int64_t nb = K / 32;
+  return {xq.q.data() + first * K, xq.scale.data() + first * nb, xq.sum.data() + first * nb};
+}
 
 // Where element i of block b of a row goes in its quantized copy.
 inline int64_t quantized_index(int64_t b, int64_t i, int64_t nb) {
@@ -193,11 +223,10 @@ inline float half_to_float(uint16_t bits) {
 // factors[(m * nb + b) * 4 + j] = d_b * dx[m, b] for j < 4; min_terms[m] = Σ_b m_b sx[m, b].
 template <int R>
 inline void block_factors(const uint16_t* scales, const uint16_t* minimums,
-                          const QuantizedRows& xq, int64_t nb, float* factors,
-                          float* min_terms) {
+                          const RowsView& xq, int64_t nb, float* factors, float* min_terms) {
   for (int m = 0; m < R; ++m) {
-    const float* dx = xq.scale.data() + m * nb;
-    const float* sx = xq.sum.data() + m * nb;
+    const float* dx = xq.scale + m * nb;
+    const float* sx = xq.sum + m * nb;
     float* out = factors + m * nb * 4;
     float total = 0.f;
     int64_t b = 0;
@@ -244,7 +273,7 @@ inline __m256i load256(const void* p) {
 #endif
 
 template <int R>
-inline void q4_row_dots(const uint8_t* w, const QuantizedRows& xq, int64_t K, float* factors,
+inline void q4_row_dots(const uint8_t* w, const RowsView& xq, int64_t K, float* factors,
                         float* out) {
   const int64_t nb = K / kQ4Block;
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(w);
@@ -261,7 +290,7 @@ inline void q4_row_dots(const uint8_t* w, const QuantizedRows& xq, int64_t K, fl
     const __m256i q_low = _mm256_and_si256(packed, low);
     const __m256i q_high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
     for (int m = 0; m < R; ++m) {
-      const int8_t* x = xq.q.data() + m * K + b * kQ4Block;
+      const int8_t* x = xq.q + m * K + b * kQ4Block;
       __m256i dots = dot_add(_mm256_setzero_si256(), q_low, load256(x));
       dots = dot_add(dots, q_high, load256(x + 32));
       const __m256 f = _mm256_loadu_ps(factors + (m * nb + b) * 4);
@@ -273,7 +302,7 @@ inline void q4_row_dots(const uint8_t* w, const QuantizedRows& xq, int64_t K, fl
   for (; b < nb; ++b) {  // the unpaired last block (every block without AVX2): in order
     const uint8_t* p = nibbles + 16 * b;
     for (int m = 0; m < R; ++m) {
-      const int8_t* x = xq.q.data() + m * K;
+      const int8_t* x = xq.q + m * K;
       int32_t dot = 0;
       for (int64_t i = 0; i < 16; ++i) {
         dot += (p[i] & 0x0F) * x[quantized_index(b, i, nb)] +
@@ -285,23 +314,28 @@ inline void q4_row_dots(const uint8_t* w, const QuantizedRows& xq, int64_t K, fl
   for (int m = 0; m < R; ++m) out[m] = min_terms[m];
 }
 
-template <int R>
 void int4_rows(const uint8_t* wp, const QuantizedRows& xq, const float* bp, float* op,
-               int64_t N, int64_t K) {
+               int64_t M, int64_t N, int64_t K) {
   const int64_t row_bytes = K / kQ4Block * kQ4Bytes;
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    float dots[R];
-    std::vector<float> factors(R * (K / kQ4Block) * 4);
-    for (int64_t n = begin; n < end; ++n) {
-      q4_row_dots<R>(wp + n * row_bytes, xq, K, factors.data(), dots);
-      for (int m = 0; m < R; ++m) op[m * N + n] = dots[m] + (bp ? bp[n] : 0.f);
-    }
-  });
+  for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+    const int64_t rows_in_block = std::min(kRowBlock, M - m0);
+    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> factors(kMaxRows * (K / kQ4Block) * 4);
+      for (int64_t n = begin; n < end; ++n) {
+        for_row_groups(m0, rows_in_block, [&](int64_t g, auto rows) {
+          constexpr int R = decltype(rows)::value;
+          float dots[R];
+          q4_row_dots<R>(wp + n * row_bytes, rows_from(xq, g, K), K, factors.data(), dots);
+          for (int m = 0; m < R; ++m) op[(g + m) * N + n] = dots[m] + (bp ? bp[n] : 0.f);
+        });
+      }
+    });
+  }
 }
 
 }  // namespace
 
-// blocks: uint8 [N, K / 32 * 20] (see above); x float32 [..., K], at most 4 rows.
+// blocks: uint8 [N, K / 32 * 20] (see above); x float32 [..., K].
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
                           c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 && blocks.scalar_type() == torch::kUInt8 &&
@@ -312,13 +346,12 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
               "int4_linear: blocks of 32 weights along the input");
   auto flat = x.reshape({-1, K}).contiguous();
   const int64_t M = flat.size(0);
-  TORCH_CHECK(M <= kMaxRows, "int4_linear: at most ", kMaxRows, " rows");
   const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K);
   auto out = torch::empty({M, N}, flat.options());
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  for_rows(M, [&](auto rows) { int4_rows<decltype(rows)::value>(wp, xq, bp, op, N, K); });
+  int4_rows(wp, xq, bp, op, M, N, K);
   return shaped_like(out, x, N);
 }
