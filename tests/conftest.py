@@ -13,6 +13,7 @@ import trio
 from hypercorn.config import Config
 
 from atom.config import Settings
+from atom.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 from atom.model.fake_runner import FakeRunner
 from atom.model.loader import load_tokenizer
 from atom.model.runner import Runtime
@@ -69,3 +70,23 @@ async def wait_ready(app: Any, timeout_s: float = 60.0) -> None:
     with trio.fail_after(timeout_s):
         while not app.engine.is_ready:
             await trio.sleep(0.01)
+
+
+def steps_before_release(envelopes: list[Envelope]) -> dict[str, int]:
+    """For each request a client dropped: how many Batcher steps ran between its
+    ClientDisconnected and its RequestReleased. An abort is applied at the next step
+    boundary, so 0 or 1 (the step already running) is prompt release, by order of
+    events rather than by the clock of a machine that may be busy."""
+    disconnected: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for envelope in envelopes:
+        event = envelope.event
+        if isinstance(event, ClientDisconnected):
+            disconnected[event.request_id] = 0
+        elif isinstance(event, EngineStepped):
+            for rid in disconnected:
+                disconnected[rid] += 1
+        elif isinstance(event, RequestReleased) and event.request_id in disconnected:
+            counts[event.request_id] = disconnected.pop(event.request_id)
+    assert not disconnected, f"never released: {sorted(disconnected)}"
+    return counts

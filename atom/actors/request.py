@@ -203,6 +203,7 @@ class RequestActor:
             return  # the server sends http.disconnect after a complete response too
         self._has_client_left = True
         self._core.bus.publish(ClientDisconnected(request_id=self.request_id))
+        self._release("client_disconnected")  # now: the Batcher drops it at its next step
         cancel_scope.cancel()
 
     def _stop_choice(self, choice_idx: int) -> None:
@@ -211,7 +212,9 @@ class RequestActor:
         )
 
     def _release(self, reason: str) -> None:
-        """Tell the Batcher to drop whatever it still holds of this request."""
+        """Tell the Batcher to drop whatever it still holds of this request (once)."""
+        if self._outbox.is_abandoned:
+            return
         self._outbox.abandon()
         if not self._outbox.is_closed:
             self._core.batcher.abort_nowait(Abort(request_id=self.request_id, reason=reason))

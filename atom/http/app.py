@@ -2,7 +2,8 @@
 
 Quart owns the lifespan (it starts the Engine in `before_serving`), the small
 JSON routes and error pages; `AtomApp` routes the two generation paths to raw
-ASGI so each request actor owns `receive` and `send` itself.
+ASGI so each request actor owns `receive` and `send` itself, and reads the body
+of every other HTTP request (atom/http/body.py's limits) before Quart sees it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ from atom.config import Settings
 from atom.errors import (
     AtomError,
     MethodNotAllowed,
-    PayloadTooLarge,
-    RequestTimeout,
     RouteNotFound,
 )
 from atom.http import info, tokenize
-from atom.http.body import MAX_BODY_BYTES
+from atom.http.body import read_body
 from atom.http.chat_setup import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
@@ -44,13 +43,36 @@ class AtomApp:
     async def __call__(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
     ) -> None:
-        if scope["type"] == "http" and scope["path"] in ROUTES:
-            if scope["method"] != "POST":
-                await send_error(send, MethodNotAllowed(f"use POST for {scope['path']}"))
-                return
+        if scope["type"] != "http":
+            await self.quart(scope, receive, send)  # type: ignore[arg-type]
+            return
+        if scope["path"] in ROUTES and scope["method"] == "POST":
             await serve_generation(self.engine, scope, receive, send)
             return
-        await self.quart(scope, receive, send)  # type: ignore[arg-type]
+        # Every other route gets its body read whole first, within the same limits: an
+        # answer sent before the body was read (a 404 or 405) left hypercorn's keep-alive
+        # connection stuck, and the client's next request on it hung.
+        try:
+            raw = await read_body(receive, timeout_s=self.engine.settings.body_timeout)
+        except AtomError as error:
+            await send_error(send, error)
+            return
+        if raw is None:
+            return  # the client left
+        if scope["path"] in ROUTES:
+            await send_error(send, MethodNotAllowed(f"use POST for {scope['path']}"))
+            return
+        await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
+
+
+def _replaying(body: bytes, receive: ASGIReceive) -> ASGIReceive:
+    """`receive` that gives the body already read, then what the server sends next."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> MutableMapping[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def create_app(
@@ -68,8 +90,7 @@ def create_app(
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams
-    quart.config["BODY_TIMEOUT"] = settings.body_timeout  # a body that stops arriving: 408
-    quart.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # 413
+    quart.config["BODY_TIMEOUT"] = None  # AtomApp reads every body (atom/http/body.py)
 
     @quart.before_serving
     async def start_engine() -> None:
@@ -85,16 +106,6 @@ def create_app(
             return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
         if error.code == 404:
             return json_error(RouteNotFound("no such route"))
-        if error.code == 408:
-            return json_error(
-                RequestTimeout(
-                    f"the request body did not arrive within {settings.body_timeout:g} s"
-                )
-            )
-        if error.code == 413:
-            return json_error(
-                PayloadTooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-            )
         return json_error(AtomError(str(error.description)))
 
     info.register(quart, engine)

@@ -1,4 +1,5 @@
-"""Abort on disconnect with the real model: 20 dropped streams leave no trace within 0.5 s."""
+"""Abort on disconnect with the real model: 20 dropped streams are released at the next
+step boundary and leave no trace. bench/soak.py keeps the release time as a figure."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import pytest
 import trio
 
 from atom.config import Settings
+from atom.events import Envelope
 from atom.http.app import create_app
-from tests.conftest import serving, wait_ready
+from tests.conftest import serving, steps_before_release, wait_ready
 
 pytestmark = pytest.mark.slow
 Q = [{"role": "user", "content": "Tell me a very long story about the sea."}]
@@ -19,8 +21,10 @@ def running_gauge(metrics_text: str) -> int:
     return int(line.rsplit(" ", 1)[1])
 
 
-async def test_twenty_dropped_streams_are_freed_within_half_a_second() -> None:
+async def test_twenty_dropped_streams_are_freed_at_the_next_step() -> None:
     app = create_app(Settings(), on_fatal=lambda: None)
+    envelopes: list[Envelope] = []
+    app.engine.bus.subscribe(envelopes.append)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         await wait_ready(app)
         batcher = app.engine.core.batcher  # type: ignore[union-attr]
@@ -44,17 +48,15 @@ async def test_twenty_dropped_streams_are_freed_within_half_a_second() -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(20):
                 nursery.start_soon(stream_then_drop)
-        dropped_at = trio.current_time()
-        with trio.fail_after(10):  # a leak fails loudly instead of hanging
+        with trio.fail_after(60):  # a leak fails loudly instead of hanging (no speed bound)
             while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
                 await trio.sleep(0.005)
-        elapsed = trio.current_time() - dropped_at
         stats = batcher.statistics()
         gauge = running_gauge((await client.get("/metrics")).text)
         q = [{"role": "user", "content": "What is the capital of France?"}]
         ok = await client.post("/v1/chat/completions", json={"messages": q, "temperature": 0})
-    print(f"released {elapsed:.3f} s after the disconnect")
-    assert elapsed < 0.5, f"the batcher still held requests {elapsed:.3f} s after the disconnect"
+    steps = steps_before_release(envelopes)
+    assert len(steps) == 20 and max(steps.values()) <= 1, steps
     assert (stats.num_running_seqs, stats.num_queued_requests, stats.num_runner_seqs) == (0, 0, 0)
     assert gauge == 0
     assert "Paris" in ok.json()["choices"][0]["message"]["content"]

@@ -10,12 +10,13 @@ import httpx
 import trio
 
 from atom.config import Settings
+from atom.events import Envelope
 from atom.http.app import create_app
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime
 from atom.replay import project
 from atom.request_log import read_log
-from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
+from tests.conftest import FAKE_REPLY, fake_loader, serving, steps_before_release, wait_ready
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 
@@ -58,9 +59,11 @@ async def test_stream_and_body_agree_and_replay_is_byte_identical(
     assert [bytes(r.body) for r in replayed] == sent
 
 
-async def test_disconnected_streams_leave_no_trace_within_half_a_second(tokenizer: Any) -> None:
+async def test_disconnected_streams_are_released_at_the_next_step(tokenizer: Any) -> None:
     load = fake_loader(tokenizer, reply="word " * 2000, step_delay_s=0.02)
     app = create_app(Settings(), load=load)
+    envelopes: list[Envelope] = []
+    app.engine.bus.subscribe(envelopes.append)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         await wait_ready(app)
 
@@ -73,12 +76,12 @@ async def test_disconnected_streams_leave_no_trace_within_half_a_second(tokenize
         async with trio.open_nursery() as nursery:
             for _ in range(20):
                 nursery.start_soon(open_and_drop)
-        dropped_at = trio.current_time()
         batcher = app.engine.core.batcher  # type: ignore[union-attr]
-        with trio.fail_after(0.5):
+        with trio.fail_after(60):  # a leak fails loudly instead of hanging (no speed bound)
             while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
                 await trio.sleep(0.005)
-        assert trio.current_time() - dropped_at < 0.5
+        steps = steps_before_release(envelopes)
+        assert len(steps) == 20 and max(steps.values()) <= 1, steps
         assert batcher.statistics().num_runner_seqs == 0
         ok = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
     assert ok.status_code == 200
