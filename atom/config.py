@@ -72,6 +72,44 @@ class Settings:
         }
 
 
+def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """`ATOM_*` variables that name no setting (a typo would otherwise be ignored)."""
+    env = os.environ if environ is None else environ
+    known = {f"ATOM_{f.name.upper()}" for f in fields(Settings)}
+    return sorted(name for name in env if name.startswith("ATOM_") and name not in known)
+
+
+# One line a setting, for `atom serve --help` (docs/configuration.md has the long form).
+HELP = {
+    "model": "a local Hugging Face folder or .gguf file (default: the embedded SmolLM2)",
+    "served_model_name": "the model name clients send and /v1/models lists",
+    "max_model_len": "context limit, prompt + completion (default: the model's)",
+    "max_num_seqs": "sequences in the running batch",
+    "max_num_batched_tokens": "token budget of one step; longer prompts are chunked",
+    "block_size": "tokens per KV-cache block",
+    "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
+    "gpu_memory_utilization": "CUDA: share of device memory the process may use",
+    "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
+    "quantization": "CPU weights: int8 or int4 (default: off)",
+    "cpu_kernels": "ATOM's C++ CPU kernels: auto, on or off",
+    "model_impl": "forward implementation: auto, atom or transformers",
+    "tool_call_parser": "tool-call parser name (docs/parsers.md)",
+    "reasoning_parser": "reasoning parser name (docs/parsers.md)",
+    "default_chat_template_kwargs": "JSON object of chat-template variables",
+    "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
+    "max_queued_requests": "requests that may wait for admission; then a 429",
+    "max_queue_wait": "seconds a request may wait in the queue; then a 503",
+    "body_timeout": "seconds for a request body to arrive whole; then a 408",
+    "max_n": "largest n accepted",
+    "request_log": "JSONL event log path (default: off)",
+    "cache_dir": "where dequantized GGUF copies and built kernels are kept",
+    "device": "torch device (default: cuda if available, else cpu)",
+    "dtype": "weight dtype (default: bfloat16 on CUDA, float32 on CPU)",
+    "num_threads": "torch intra-op threads (default: torch's)",
+    "log_level": "structlog level",
+}
+
+
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = str(f.type)
     if kind.startswith("int"):

@@ -18,12 +18,14 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
 from atom.cli import serve_command
+from atom.config import Settings
 from atom.model.loader import default_model_path
 from bench.load import Target, run_level, shared_prefix
 
@@ -57,9 +59,9 @@ def server(command: list[str], ready_url: str, env: dict[str, str] | None = None
 
 
 def atom_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
-    command = serve_command("127.0.0.1", port)
     env = {"ATOM_LOG_LEVEL": "warning", **dict(kv.split("=", 1) for kv in args.atom_env)}
     env.update(extra_env)
+    command = serve_command("127.0.0.1", port, Settings.from_env(env))
     return server(command, f"http://127.0.0.1:{port}/health", env)
 
 
@@ -196,7 +198,9 @@ def main() -> None:
     args = p.parse_args()
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
     ignore_eos = {"ignore_eos": True}
-    runs = [("atom", atom_server, ignore_eos, {})]
+    runs: list[tuple[str, Any, dict[str, Any], dict[str, str]]] = [
+        ("atom", atom_server, ignore_eos, {})
+    ]
     for method in dict.fromkeys(args.quantization):
         runs.append((f"atom-{method}", atom_server, ignore_eos, {"ATOM_QUANTIZATION": method}))
     if "llamacpp" in args.peer:  # llama.cpp ignores ignore_eos but honours min_tokens
@@ -222,12 +226,22 @@ def machine() -> dict[str, Any]:
     import torch
 
     return {
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), which every reported figure names."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), "")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def main() -> None:
         for c in chunks
     ]
     generators = [torch.Generator().manual_seed(i) for i in range(args.batch)]
-    logits = torch.randn(args.batch, runner.model.config.vocab_size)
+    logits = torch.randn(args.batch, runner.model.config.vocab_size)  # type: ignore[attr-defined]
     started = time.perf_counter()
     for _ in range(args.steps):
         sample(process(logits, rows), [HEAVY] * args.batch, generators)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
-from atom.config import Settings
+from atom.config import Settings, unknown_env
 
 
 def test_environment_variables_parse_by_field_type() -> None:
@@ -20,3 +22,22 @@ def test_environment_variables_parse_by_field_type() -> None:
 def test_default_model_name_is_readable() -> None:
     assert Settings().model_name == "SmolLM2-135M-Instruct"
     assert Settings(model="/models/Qwen3-0.6B/").model_name == "Qwen3-0.6B"
+
+
+def test_every_setting_has_a_flag_with_its_help_and_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from atom.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in fields(Settings):
+        assert f"--{f.name.replace('_', '-')}" in text and f"ATOM_{f.name.upper()}" in text
+    wait = "seconds a request may wait in the queue; then a 503"
+    assert f"{wait} (env ATOM_MAX_QUEUE_WAIT; default: 120.0)" in text
+
+
+def test_unknown_atom_variables_are_named() -> None:
+    env = {"ATOM_MAX_NUM_SEQS": "4", "ATOM_MAX_NUM_SEQ": "4", "HOME": "/"}
+    assert unknown_env(env) == ["ATOM_MAX_NUM_SEQ"]

@@ -16,12 +16,14 @@ import structlog
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
 os.environ.setdefault("GOMP_SPINCOUNT", "30000000")
 
-from atom.config import Settings
+from atom.config import Settings, unknown_env
 from atom.http.app import AtomApp, create_app
 from atom.logs import configure_logging
 
 _settings = Settings.from_env()
 configure_logging(_settings.log_level)
+for _name in unknown_env():
+    structlog.get_logger(__name__).warning("unknown_setting_ignored", variable=_name)
 if multiprocessing.parent_process() is not None:
     # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.
     structlog.get_logger(__name__).warning(

@@ -22,6 +22,7 @@ from atom.actors.request import ASGIReceive, ASGISend
 from atom.config import Settings
 from atom.errors import (
     AtomError,
+    InvalidRequest,
     MethodNotAllowed,
     RouteNotFound,
 )
@@ -90,7 +91,9 @@ def create_app(
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams
-    quart.config["BODY_TIMEOUT"] = None  # AtomApp reads every body (atom/http/body.py)
+    # AtomApp has read every body within atom/http/body.py's limits already.
+    quart.config["BODY_TIMEOUT"] = None
+    quart.config["MAX_CONTENT_LENGTH"] = None
 
     @quart.before_serving
     async def start_engine() -> None:
@@ -106,7 +109,9 @@ def create_app(
             return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
         if error.code == 404:
             return json_error(RouteNotFound("no such route"))
-        return json_error(AtomError(str(error.description)))
+        other = (InvalidRequest if (error.code or 500) < 500 else AtomError)(str(error.description))
+        other.status = error.code or 500  # keep the status Quart chose
+        return json_error(other)
 
     info.register(quart, engine)
     tokenize.register(quart, engine)

@@ -122,3 +122,14 @@ def _fingerprint() -> str:
     source = b"".join(path.read_bytes() for path in (*SOURCES, CSRC / "ops.h"))
     build = f"{' '.join(CFLAGS)} torch {torch.__version__} python {sys.version_info[:2]}"
     return hashlib.sha256(flags.encode() + source + build.encode()).hexdigest()[:12]
+
+
+if __name__ == "__main__":  # `make setup` builds the kernels at install, not at first start
+    from atom.config import Settings
+
+    began = time.monotonic()
+    try:
+        load_cpu_ops(Settings().cache_dir)
+        print(f"CPU kernels ready in {time.monotonic() - began:.0f} s")
+    except Exception as error:  # no compiler: the server falls back to torch's operators
+        print(f"CPU kernels not built ({str(error)[:300]}); the server will use torch's")

@@ -7,7 +7,9 @@ read that copy in well under a second.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,11 +84,34 @@ def _local_folder(source: Path, cache_dir: str) -> Path:
         return source
     if source.suffix != ".gguf":
         raise FileNotFoundError(f"model not found: {source} (a folder or a .gguf file)")
-    stat = source.stat()
-    folder = Path(cache_dir) / f"{source.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    folder = Path(cache_dir) / f"{source.stem}-{_content_key(source)}"
     if not (folder / "model.safetensors").exists():
         _dequantize(source, folder)
+        _drop_older_copies(folder)
     return folder
+
+
+def _content_key(gguf: Path, edge_bytes: int = 1 << 20) -> str:
+    """A key for the file's content, not its path or time: a reinstall of the same
+    package (a new mtime) finds its copy. The size and the first and last MiB are
+    hashed, which tells GGUF files apart (their header names every tensor)."""
+    digest = hashlib.sha256(str(gguf.stat().st_size).encode())
+    with open(gguf, "rb") as f:
+        digest.update(f.read(edge_bytes))
+        f.seek(max(0, gguf.stat().st_size - edge_bytes))
+        digest.update(f.read(edge_bytes))
+    return digest.hexdigest()[:16]
+
+
+def _drop_older_copies(folder: Path) -> None:
+    """Remove other dequantized copies of a file of the same name (an older version or
+    the earlier mtime-keyed folders): each is the size of the float32 model."""
+    stem = folder.name.rsplit("-", 1)[0]
+    for other in folder.parent.glob(f"{stem}-*"):
+        is_copy = re.fullmatch(r"[0-9a-f]{16}|\d+-\d+", other.name[len(stem) + 1 :])
+        if other != folder and is_copy and (other / "model.safetensors").exists():
+            log.info("dequantized_copy_removed", folder=str(other))
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _dequantize(gguf: Path, folder: Path) -> None:
@@ -94,7 +119,7 @@ def _dequantize(gguf: Path, folder: Path) -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder))
+    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder), expected_s="20-60")
     tmp = folder.with_name(folder.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
