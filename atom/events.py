@@ -11,16 +11,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from atom.plan import Endpoint, RequestPlan, SamplingParams
+
 
 class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     TOOL_CALLS = "tool_calls"
-
-
-class Endpoint(StrEnum):
-    CHAT = "chat.completions"
-    COMPLETIONS = "completions"
 
 
 _REGISTRY: dict[str, type[Event]] = {}
@@ -40,50 +37,6 @@ def _tagged(tag: str):  # type: ignore[no-untyped-def]
 def event_class(tag: str) -> type[Event]:
     """The record class for a wire tag; KeyError for an unknown tag."""
     return _REGISTRY[tag]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SamplingParams:
-    """Effective sampling settings of one request (defaults already applied)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    min_p: float = 0.0
-    max_tokens: int = 16
-    min_tokens: int = 0
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    seed: int = 0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    allowed_token_ids: tuple[int, ...] | None = None
-    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences, as vLLM tokenizes them
-    logprobs: int | None = None  # top alternatives per sampled token; 0 = the token only
-    prompt_logprobs: int | None = None  # likewise for every prompt token after the first
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
-    grammar_after: tuple[int, ...] = ()  # the grammar starts after these tokens (reasoning end)
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    @property
-    def needs_history(self) -> bool:
-        """Whether sampling looks at the tokens so far (penalties, bad words)."""
-        return bool(
-            self.frequency_penalty
-            or self.presence_penalty
-            or self.repetition_penalty != 1.0
-            or self.bad_words
-            or (self.grammar is not None and bool(self.grammar_after))
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,13 +91,13 @@ class RequestEvent(Event):
 @_tagged("submit")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submit(RequestEvent):
-    """Ask the Batcher to generate `num_choices` sequences from each prompt (the first is
-    `prompt_ids`; a batched completion adds `more_prompt_ids`). Choice `p * num_choices + j`
-    is the j-th sequence of prompt p."""
+    """Ask the Batcher to generate `choices_per_prompt` sequences from each prompt (the
+    first is `prompt_ids`; a batched completion adds `more_prompt_ids`). Choice
+    `p * choices_per_prompt + j` is the j-th sequence of prompt p."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
-    num_choices: int = 1
+    choices_per_prompt: int = 1
     cache_salt: str | None = None
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
 
@@ -154,7 +107,7 @@ class Submit(RequestEvent):
 
     @property
     def total_choices(self) -> int:
-        return len(self.prompts) * self.num_choices
+        return len(self.prompts) * self.choices_per_prompt
 
 
 @_tagged("abort")
@@ -172,24 +125,27 @@ class Abort(RequestEvent):
 @_tagged("request_received")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestReceived(RequestEvent):
-    """A generation request passed validation. `body` is the client's JSON body."""
+    """A generation request passed validation. `body` is the client's JSON body, kept
+    for audit; `plan` is what was decided from it (None in logs written before plans:
+    atom/legacy.py derives it)."""
 
     endpoint: Endpoint
     model: str
     created: int
     body: dict[str, Any] = field(default_factory=dict)
+    plan: RequestPlan | None = None
 
 
 @_tagged("request_accepted")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestAccepted(RequestEvent):
-    """The Batcher's inbox took the request: rendered prompts and effective params;
-    `num_choices` counts every choice of every prompt."""
+    """The Batcher's inbox took the request's rendered prompts; `num_choices` counts
+    every choice of every prompt. `params` only in logs written before plans."""
 
     prompt_ids: tuple[int, ...]
-    params: SamplingParams
     num_choices: int
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
+    params: SamplingParams | None = None
 
 
 @_tagged("text_delta")

@@ -100,7 +100,7 @@ class Metrics:
             self._received_at[rid] = at
         elif isinstance(event, RequestAccepted):
             self.num_waiting += 1
-            self.prompt_tokens += len(event.prompt_ids)
+            self.prompt_tokens += len(event.prompt_ids) + sum(map(len, event.more_prompt_ids))
         elif isinstance(event, RequestScheduled):
             self.num_waiting -= 1
             self.num_running += 1

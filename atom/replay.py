@@ -26,9 +26,8 @@ from atom.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
 )
-from atom.text.choice import ChoiceText
-from atom.text.parsers import choice_formats
-from atom.text.pipeline import ChoicePipeline, ChoiceSetup
+from atom.legacy import plan_of, with_params
+from atom.text.pipeline import ChoicePipeline, pipeline_for
 from atom.wire import BodyRenderer, StreamRenderer, renderer_for
 
 
@@ -59,7 +58,7 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
     for envelope in envelopes:
         event = envelope.event
         if isinstance(event, RequestReceived):
-            renderers[event.request_id] = renderer_for(event)
+            renderers[event.request_id] = renderer_for(event, plan_of(event).shape)
             responses[event.request_id] = ReplayedResponse(request_id=event.request_id)
         elif isinstance(event, RequestEvent) and event.request_id in renderers:
             responses[event.request_id].feed(renderers[event.request_id], event)
@@ -76,65 +75,60 @@ def reparse(
     tool_call_parser: str | None,
     reasoning_parser: str | None,
 ) -> Iterator[Envelope]:
-    """The log as it would have been with other parsers: every choice's text events are
-    rebuilt from the recorded tokens (through the same ChoicePipeline as live)."""
-    pipelines: dict[tuple[str, int], ChoicePipeline] = {}
-    bodies: dict[str, dict[str, Any]] = {}
-    reasoning_tokens: dict[str, int] = {}
-    for env in envelopes:
-        event = env.event
+    """The log as it would have been with other parsers: each request's plan gets the
+    given parsers, and every choice's text events are rebuilt from the recorded tokens
+    by the pipeline the live server builds from a plan (atom.text.pipeline)."""
+    rebuild = _Reparse(tokenizer, tool_call_parser, reasoning_parser)
+    for envelope in envelopes:
+        yield from rebuild.feed(envelope)
+
+
+class _Reparse:
+    def __init__(
+        self, tokenizer: Any, tool_call_parser: str | None, reasoning_parser: str | None
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._parsers = (tool_call_parser, reasoning_parser)
+        self._received: dict[str, RequestReceived] = {}
+        self._pipelines: dict[tuple[str, int], ChoicePipeline] = {}
+        self._reasoning_tokens: dict[str, int] = {}
+
+    def feed(self, envelope: Envelope) -> Iterator[Envelope]:
+        event = envelope.event
+        if isinstance(event, _TEXT_EVENTS):
+            return  # rebuilt below from the tokens
         if isinstance(event, RequestReceived):
-            bodies[event.request_id] = event.body
+            self._received[event.request_id] = event
         elif isinstance(event, RequestAccepted):
-            pipelines.update(
-                _pipelines(
-                    event,
-                    bodies.get(event.request_id, {}),
-                    tokenizer,
-                    tool_call_parser,
-                    reasoning_parser,
-                )
-            )
-        elif isinstance(event, _TEXT_EVENTS):
-            continue
-        if isinstance(event, RequestCompleted) and reasoning_parser:
-            event = replace(event, reasoning_tokens=reasoning_tokens.get(event.request_id, 0))
-        yield replace(env, event=event)
+            self._start(event)
+        elif isinstance(event, RequestCompleted):
+            total = self._reasoning_tokens.get(event.request_id, 0)
+            event = replace(event, reasoning_tokens=total if self._parsers[1] else None)
+        yield replace(envelope, event=event)
         if isinstance(event, TokensSampled):
-            for new in pipelines[(event.request_id, event.choice_idx)].feed(event):
-                if isinstance(new, ChoiceFinished) and new.num_reasoning_tokens:
-                    rid = new.request_id
-                    reasoning_tokens[rid] = reasoning_tokens.get(rid, 0) + new.num_reasoning_tokens
-                yield Envelope(seq=env.seq, at=env.at, event=new)
+            for new in self._rebuilt(event):
+                yield Envelope(seq=envelope.seq, at=envelope.at, event=new)
 
+    def _start(self, accepted: RequestAccepted) -> None:
+        received = self._received.get(accepted.request_id)
+        if received is None:
+            return  # the log began after this request did
+        plan = with_params(plan_of(received), received, accepted)
+        plan = replace(plan, text=plan.text.with_parsers(*self._parsers))
+        prompts = (accepted.prompt_ids, *accepted.more_prompt_ids)
+        for idx in range(accepted.num_choices):
+            pipeline = pipeline_for(accepted.request_id, plan, prompts, idx, self._tokenizer)
+            self._pipelines[(accepted.request_id, idx)] = pipeline
 
-def _pipelines(
-    accepted: RequestAccepted,
-    body: dict[str, Any],
-    tokenizer: Any,
-    tool_call_parser: str | None,
-    reasoning_parser: str | None,
-) -> dict[tuple[str, int], ChoicePipeline]:
-    fmt, reasoning = choice_formats(
-        tool_call_parser,
-        reasoning_parser,
-        tools=body.get("tools") or [],
-        tool_choice=body.get("tool_choice"),
-        parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
-        template_kwargs=body.get("chat_template_kwargs") or {},
-    )
-    prompts = (accepted.prompt_ids, *accepted.more_prompt_ids)
-    per_prompt = accepted.num_choices // len(prompts)
-    out = {}
-    for idx in range(accepted.num_choices):
-        setup = ChoiceSetup(
-            request_id=accepted.request_id,
-            choice_idx=idx,
-            prompt_ids=prompts[idx // per_prompt],
-            tool_format=fmt,
-            reasoning_format=reasoning,
-        )
-        out[(accepted.request_id, idx)] = ChoicePipeline(
-            setup, ChoiceText(tokenizer, accepted.params)
-        )
-    return out
+    def _rebuilt(self, sampled: TokensSampled) -> list[Event]:
+        pipeline = self._pipelines.get((sampled.request_id, sampled.choice_idx))
+        if pipeline is None or pipeline.is_finished:
+            return []  # a choice stopped by a stop string drops what still came, as live
+        events = pipeline.feed(sampled)
+        for new in events:
+            if isinstance(new, ChoiceFinished) and new.num_reasoning_tokens:
+                rid = new.request_id
+                self._reasoning_tokens[rid] = (
+                    self._reasoning_tokens.get(rid, 0) + new.num_reasoning_tokens
+                )
+        return events

@@ -8,14 +8,13 @@ A renderer turns each event into the bytes to send now (or nothing).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from atom import wire_logprobs
 from atom.errors import error_body
 from atom.events import (
     ChoiceFinished,
-    Endpoint,
     Event,
     PromptLogprobs,
     PromptToken,
@@ -29,6 +28,7 @@ from atom.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
 )
+from atom.plan import Endpoint, ResponseShape
 
 SSE_DONE = b"data: [DONE]\n\n"
 
@@ -69,22 +69,19 @@ def error_output(failed: RequestFailed) -> Output:
     )
 
 
-def renderer_for(received: RequestReceived) -> StreamRenderer | BodyRenderer:
-    if received.body.get("stream"):
-        return StreamRenderer(received)
-    return BodyRenderer(received)
+def renderer_for(received: RequestReceived, shape: ResponseShape) -> StreamRenderer | BodyRenderer:
+    """The renderer of one response: `shape` is the request's plan's (atom/plan.py)."""
+    return StreamRenderer(received, shape) if shape.stream else BodyRenderer(received, shape)
 
 
 class StreamRenderer:
     """Server-sent events: a chunk per delta, a usage chunk if asked, then [DONE]."""
 
-    def __init__(self, received: RequestReceived) -> None:
+    def __init__(self, received: RequestReceived, shape: ResponseShape) -> None:
         self._received = received
-        self._is_chat = received.endpoint is Endpoint.CHAT
-        options = received.body.get("stream_options") or {}
-        self._include_usage = bool(options.get("include_usage"))
-        self._logprobs = wire_logprobs.is_requested(received)
-        self._offsets: dict[int, int] = {}  # completions text_offset per choice
+        self._shape = shape
+        self._is_chat = shape.endpoint is Endpoint.CHAT
+        self._text_offsets = [0] * shape.total_choices  # completions' text_offset, per choice
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -118,18 +115,18 @@ class StreamRenderer:
             delta = {} if self._is_chat else ""
             return self._chunk(event.choice_idx, delta, event.finish_reason.value)
         if isinstance(event, RequestCompleted):
-            usage = self._envelope([], usage_of(event)) if self._include_usage else None
+            usage = self._envelope([], usage_of(event)) if self._shape.include_usage else None
             return (_sse(usage) if usage else b"") + SSE_DONE
         return None
 
     def _delta_logprobs(self, event: TextDelta) -> dict[str, Any] | None:
-        if not self._logprobs:
+        if not self._shape.logprobs:
             return None
         entries = event.logprobs or ()
         if self._is_chat:
             return wire_logprobs.chat(entries)
-        offset = self._offsets.get(event.choice_idx, 0)
-        self._offsets[event.choice_idx] = offset + sum(len(e.token) for e in entries)
+        offset = self._text_offsets[event.choice_idx]
+        self._text_offsets[event.choice_idx] = offset + sum(len(e.token) for e in entries)
         return wire_logprobs.completion(entries, offset)
 
     def _chunk(
@@ -144,7 +141,7 @@ class StreamRenderer:
         obj = "chat.completion.chunk" if self._is_chat else "text_completion"
         out = {"id": r.request_id, "object": obj, "created": r.created, "model": r.model}
         out["choices"] = choices
-        if self._include_usage:
+        if self._shape.include_usage:
             out["usage"] = usage
         return out
 
@@ -165,47 +162,76 @@ def parsed_delta(event: ReasoningDelta | ToolCallStarted | ToolArgumentsDelta) -
     return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
 
 
+@dataclass(slots=True)
+class _ToolCall:
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+    def as_wire(self) -> dict[str, Any]:
+        function = {"name": self.name, "arguments": "".join(self.arguments)}
+        return {"id": self.id, "type": "function", "function": function}
+
+
+@dataclass(slots=True)
+class _Choice:
+    """Everything one choice has produced so far, for the body sent at the end."""
+
+    texts: list[str] = field(default_factory=list)
+    tokens: list[TokenText] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_logprobs: tuple[PromptToken, ...] | None = None
+    reasoning: list[str] | None = None  # None: no reasoning text came
+    calls: list[_ToolCall] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        """Cumulative logprob, which ranks best_of candidates."""
+        return sum(e.logprob for e in self.tokens if e.logprob is not None)
+
+
 class BodyRenderer:
     """One JSON body, sent when the request completes."""
 
-    def __init__(self, received: RequestReceived) -> None:
+    def __init__(self, received: RequestReceived, shape: ResponseShape) -> None:
         self._received = received
-        self._texts: dict[int, list[str]] = {}
-        self._tokens: dict[int, list[TokenText]] = {}
-        self._finish: dict[int, str] = {}
-        self._prompt_logprobs: dict[int, tuple[PromptToken, ...]] = {}
-        self._reasoning: dict[int, list[str]] = {}
-        self._calls: dict[int, dict[int, list[str]]] = {}  # choice → index → [id, name, args]
+        self._shape = shape
+        self._choices = [_Choice() for _ in range(shape.total_choices)]
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
             return error_output(event)
-        if isinstance(event, PromptLogprobs):
-            self._prompt_logprobs[event.choice_idx] = event.entries
-        elif isinstance(event, ReasoningDelta):
-            self._reasoning.setdefault(event.choice_idx, []).append(event.text)
-        elif isinstance(event, ToolCallStarted):
-            self._calls.setdefault(event.choice_idx, {})[event.index] = [event.id, event.name, ""]
-        elif isinstance(event, ToolArgumentsDelta):
-            self._calls[event.choice_idx][event.index][2] += event.text
-        elif isinstance(event, RequestAccepted):
-            self._texts = {i: [] for i in range(event.num_choices)}
-        elif isinstance(event, TextDelta):
-            self._texts[event.choice_idx].append(event.text)
-            self._tokens.setdefault(event.choice_idx, []).extend(event.logprobs or ())
-        elif isinstance(event, ChoiceFinished):
-            self._finish[event.choice_idx] = event.finish_reason.value
-        elif isinstance(event, RequestCompleted):
+        if isinstance(event, RequestCompleted):
             self.has_started = True
             return Output(body=dumps(self._body(event)), is_final=True)
+        if isinstance(event, TextDelta | PromptLogprobs | ReasoningDelta | ChoiceFinished):
+            self._record(self._choices[event.choice_idx], event)
+        elif isinstance(event, ToolCallStarted):
+            self._choices[event.choice_idx].calls.append(_ToolCall(event.id, event.name))
+        elif isinstance(event, ToolArgumentsDelta):
+            self._choices[event.choice_idx].calls[event.index].arguments.append(event.text)
         return None
+
+    @staticmethod
+    def _record(
+        choice: _Choice, event: TextDelta | PromptLogprobs | ReasoningDelta | ChoiceFinished
+    ) -> None:
+        if isinstance(event, TextDelta):
+            choice.texts.append(event.text)
+            choice.tokens.extend(event.logprobs or ())
+        elif isinstance(event, PromptLogprobs):
+            choice.prompt_logprobs = event.entries
+        elif isinstance(event, ReasoningDelta):
+            choice.reasoning = [*(choice.reasoning or []), event.text]
+        else:
+            choice.finish_reason = event.finish_reason.value
 
     def _body(self, done: RequestCompleted) -> dict[str, Any]:
         r = self._received
-        is_chat = r.endpoint is Endpoint.CHAT
+        is_chat = self._shape.endpoint is Endpoint.CHAT
         kept = self._best_of_selection()
-        choices = [self._choice(idx, kept[idx], is_chat) for idx in sorted(kept)]
+        choices = [self._choice(out_idx, self._choices[src]) for out_idx, src in enumerate(kept)]
         body = {
             "id": r.request_id,
             "object": "chat.completion" if is_chat else "text_completion",
@@ -214,62 +240,52 @@ class BodyRenderer:
             "choices": choices,
             "usage": usage_of(done),
         }
-        if is_chat and 0 in self._prompt_logprobs:  # vLLM puts it on the response for chat
-            body["prompt_logprobs"] = wire_logprobs.prompt(self._prompt_logprobs[0])
+        first = self._choices[0].prompt_logprobs if self._choices else None
+        if is_chat and first is not None:  # vLLM puts it on the response for chat
+            body["prompt_logprobs"] = wire_logprobs.prompt(first)
         return body
 
-    def _best_of_selection(self) -> dict[int, int]:
-        """Source choice per output index: with `best_of` > n, the n choices of each prompt
-        with the highest cumulative logprob (ties: lower index), renumbered in order."""
-        n = int(self._received.body.get("n") or 1)
-        best_of = int(self._received.body.get("best_of") or n)
+    def _best_of_selection(self) -> list[int]:
+        """The source choice of each returned one: with best_of > n, the n choices of each
+        prompt with the highest cumulative logprob (ties: lower index), in their order."""
+        n, best_of = self._shape.n, self._shape.best_of
         if best_of <= n:
-            return {idx: idx for idx in self._texts}
-        kept: dict[int, int] = {}
-        for start in range(0, len(self._texts), best_of):
+            return list(range(len(self._choices)))
+        kept: list[int] = []
+        for start in range(0, len(self._choices), best_of):
             group = range(start, start + best_of)
-            ranked = sorted(group, key=lambda i: (-self._score(i), i))[:n]
-            for out_idx, src in enumerate(sorted(ranked), start=start // best_of * n):
-                kept[out_idx] = src
+            kept += sorted(sorted(group, key=lambda i: (-self._choices[i].score, i))[:n])
         return kept
 
-    def _message(self, idx: int, text: str) -> dict[str, Any]:
-        calls = self._calls.get(idx, {})
-        message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
-        if idx in self._reasoning:
-            reasoning = "".join(self._reasoning[idx])
-            message.update(reasoning_content=reasoning, reasoning=reasoning)
-        if calls:
-            message["tool_calls"] = [
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                for cid, name, args in (calls[i] for i in sorted(calls))
-            ]
-        return message
-
-    def _score(self, idx: int) -> float:
-        return sum(e.logprob for e in self._tokens.get(idx, []) if e.logprob is not None)
-
-    def _choice(self, out_idx: int, idx: int, is_chat: bool) -> dict[str, Any]:
-        text = "".join(self._texts[idx])
-        finish = self._finish.get(idx)
+    def _choice(self, out_idx: int, choice: _Choice) -> dict[str, Any]:
+        is_chat = self._shape.endpoint is Endpoint.CHAT
         logprobs = None
-        if wire_logprobs.is_requested(self._received):
-            entries = self._tokens.get(idx, [])
+        if self._shape.logprobs:
             logprobs = (
-                wire_logprobs.chat(entries) if is_chat else wire_logprobs.completion(entries, 0)
+                wire_logprobs.chat(choice.tokens)
+                if is_chat
+                else wire_logprobs.completion(choice.tokens, 0)
             )
-        if is_chat:
-            message = self._message(idx, text)
-            return {
-                "index": out_idx,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": finish,
-            }
-        choice = {"index": out_idx, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        if idx in self._prompt_logprobs:
-            choice["prompt_logprobs"] = wire_logprobs.prompt(self._prompt_logprobs[idx])
-        return choice
+        text = "".join(choice.texts)
+        key, value = ("message", _message(choice, text)) if is_chat else ("text", text)
+        out: dict[str, Any] = {"index": out_idx, key: value, "logprobs": logprobs}
+        out["finish_reason"] = choice.finish_reason
+        if not is_chat and choice.prompt_logprobs is not None:
+            out["prompt_logprobs"] = wire_logprobs.prompt(choice.prompt_logprobs)
+        return out
+
+
+def _message(choice: _Choice, text: str) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text or (None if choice.calls else ""),
+    }
+    if choice.reasoning is not None:
+        reasoning = "".join(choice.reasoning)
+        message.update(reasoning_content=reasoning, reasoning=reasoning)
+    if choice.calls:
+        message["tool_calls"] = [call.as_wire() for call in choice.calls]
+    return message
 
 
 def _sse(obj: Any) -> bytes:

@@ -11,16 +11,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from atom.events import Endpoint, PromptToken, RequestReceived, TokenText
+from atom.events import PromptToken, TokenText
 
 FLOOR = -9999.0
-
-
-def is_requested(received: RequestReceived) -> bool:
-    value = received.body.get("logprobs")
-    if received.endpoint is Endpoint.CHAT:
-        return value is True
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def finite(logprob: float | None) -> float | None:

@@ -26,15 +26,27 @@ from atom.events import (
     TextDelta,
     TokensSampled,
 )
+from atom.plan import RequestPlan, ResponseShape, TextPlan, ToolPlan
 from atom.request_log import decode, encode, read_log
 
 PARAMS = SamplingParams(temperature=0.5, top_k=3, stop=("x", "y"), seed=9)
+PLAN = RequestPlan(
+    shape=ResponseShape(endpoint=Endpoint.COMPLETIONS, num_prompts=2, n=1, best_of=2),
+    text=TextPlan(
+        tools=ToolPlan(parser="hermes", schemas={"f": {"type": "object"}}, named="f"),
+        template_kwargs={"enable_thinking": False},
+        echo_texts=("a", "b"),
+    ),
+    params=PARAMS,
+)
 EVENTS: list[Event] = [
-    Submit(request_id="r", prompt_ids=(1, 2), params=PARAMS, num_choices=2),
+    Submit(request_id="r", prompt_ids=(1, 2), params=PARAMS, choices_per_prompt=2),
     Abort(request_id="r", choice_idx=1, reason="stop_string"),
     RequestReceived(request_id="r", endpoint=Endpoint.CHAT, model="m", created=5,
                     body={"messages": [{"role": "user", "content": "é🙂"}]}),
-    RequestAccepted(request_id="r", prompt_ids=(1, 2, 3), params=PARAMS, num_choices=1),
+    RequestReceived(request_id="p", endpoint=Endpoint.COMPLETIONS, model="m", created=5,
+                    body={"prompt": ["a", "b"]}, plan=PLAN),
+    RequestAccepted(request_id="r", prompt_ids=(1, 2, 3), num_choices=1),
     RequestScheduled(request_id="r", num_running=3),
     TokensSampled(request_id="r", choice_idx=0, token_ids=(7,), finish_reason=FinishReason.LENGTH),
     TokensSampled(request_id="r", choice_idx=1, token_ids=(8, 9)),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ATOM = Path(__file__).parent.parent / "atom"
@@ -42,3 +45,45 @@ def test_import_direction() -> None:
 def test_files_stay_under_the_ceiling() -> None:
     for path in ATOM.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 400, path
+
+
+# Modules that say they are torch-free, and what importing the HTTP package may not do.
+TORCH_FREE = [
+    "atom.model.scheduler",
+    "atom.model.fake_runner",
+    "atom.model.runner",
+    "atom.model.kv_cache",
+    "atom.plan",
+    "atom.events",
+    "atom.wire",
+    "atom.replay",
+    "atom.text.pipeline",
+    "atom.http.schemas",
+]
+
+
+def test_torch_free_modules_import_with_torch_blocked() -> None:
+    """Each module imports in a fresh interpreter where `import torch` fails."""
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['torch'] = None  # any import of torch now raises ImportError\n"
+        f"for name in {TORCH_FREE!r}:\n"
+        "    importlib.import_module(name)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_importing_the_http_package_builds_nothing() -> None:
+    """`import atom.http.schemas` reads no settings and builds no engine: the app is built
+    on its first ASGI call (hypercorn still finds `atom.http:app`)."""
+    code = (
+        "import sys\n"
+        "import atom.http.schemas, atom.http\n"
+        "assert type(atom.http.app).__name__ == 'ServedApp'\n"
+        "assert 'atom.http.app' not in sys.modules and 'atom.config' not in sys.modules\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    env = {**os.environ, "ATOM_NOT_A_SETTING": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "ATOM_NOT_A_SETTING" not in out.stdout + out.stderr  # no start-up warning yet

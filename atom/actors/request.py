@@ -36,10 +36,8 @@ from atom.events import (
     Submit,
     TokensSampled,
 )
-from atom.text.choice import ChoiceText
-from atom.text.pipeline import ChoicePipeline, ChoiceSetup
-from atom.text.reasoning.base import ReasoningFormat
-from atom.text.tools.base import ToolFormat
+from atom.plan import RequestPlan
+from atom.text.pipeline import pipeline_for
 from atom.wire import Output, renderer_for
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -49,15 +47,12 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GenerationRequest:
-    """A validated request: what was received and what to ask of the Batcher."""
+    """A validated request: what was received (its plan inside), the plan itself, and
+    what to ask of the Batcher (built from the plan)."""
 
     received: RequestReceived
+    plan: RequestPlan
     submit: Submit
-    echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
-    report_prompt_logprobs: bool = False
-    tool_format: ToolFormat | None = None
-    reasoning_format: ReasoningFormat | None = None
-    is_named_tool_choice: bool = False  # finish "stop" with the forced call, as OpenAI does
 
 
 class RequestActor:
@@ -68,7 +63,7 @@ class RequestActor:
         self._request = request
         self._receive = receive
         self._send = send
-        self._renderer = renderer_for(request.received)
+        self._renderer = renderer_for(request.received, request.plan.shape)
         self._outbox = Outbox()
         self._has_headers = False
         self._is_done = False  # the final bytes have been handed to the server
@@ -78,7 +73,7 @@ class RequestActor:
         self._last_token_at = 0.0
         self._num_tokens: dict[int, int] = {}
         self._cached_tokens = 0
-        self._reasoning_tokens: int | None = 0 if request.reasoning_format else None
+        self._reasoning_tokens: int | None = 0 if request.plan.text.reasoning_parser else None
 
     @property
     def request_id(self) -> str:
@@ -121,7 +116,6 @@ class RequestActor:
             request_id=self.request_id,
             prompt_ids=submit.prompt_ids,
             more_prompt_ids=submit.more_prompt_ids,
-            params=submit.params,
             num_choices=submit.total_choices,
         )
         await self._emit(accepted)
@@ -137,20 +131,11 @@ class RequestActor:
             nursery.start_soon(self._write, from_choices)
 
     def _choice(self, idx: int) -> ChoiceStream:
-        request, prompt_idx = self._request, idx // self._request.submit.num_choices
-        echo = request.echo_texts[prompt_idx] if request.echo_texts is not None else None
-        setup = ChoiceSetup(
-            request_id=self.request_id,
-            choice_idx=idx,
-            prompt_ids=request.submit.prompts[prompt_idx],
-            echo_text=echo,
-            report_prompt_logprobs=request.report_prompt_logprobs,
-            tool_format=request.tool_format,
-            reasoning_format=request.reasoning_format,
-            is_named_tool_choice=request.is_named_tool_choice,
+        request = self._request
+        pipeline = pipeline_for(
+            self.request_id, request.plan, request.submit.prompts, idx, self._core.tokenizer
         )
-        text = ChoiceText(self._core.tokenizer, request.submit.params)
-        return ChoiceStream(ChoicePipeline(setup, text), idx)
+        return ChoiceStream(pipeline, idx)
 
     async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
         """Outbox → choice streams. A stream that stopped early drops what still arrives."""

@@ -1,12 +1,16 @@
-"""The OpenAI HTTP surface. `app` is what `hypercorn -k trio atom.http:app` serves;
-it reads its settings from `ATOM_*` environment variables."""
+"""The OpenAI HTTP surface. `app` is what `hypercorn -k trio atom.http:app` serves.
+
+Importing this package (or any module in it) builds nothing: `app` reads its
+settings from the `ATOM_*` environment variables, configures logging and creates
+the server on its first ASGI call (hypercorn's lifespan start-up).
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-
-import structlog
+from collections.abc import MutableMapping
+from typing import Any
 
 # Before torch loads: OpenMP workers keep spinning between the many small parallel
 # regions of a step (ACTIVE), but only for ~1 s after the last one (the spin
@@ -16,21 +20,41 @@ import structlog
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
 os.environ.setdefault("GOMP_SPINCOUNT", "30000000")
 
-from atom.config import Settings, unknown_env
-from atom.http.app import AtomApp, create_app
-from atom.logs import configure_logging
 
-_settings = Settings.from_env()
-configure_logging(_settings.log_level)
-for _name in unknown_env():
-    structlog.get_logger(__name__).warning("unknown_setting_ignored", variable=_name)
-if multiprocessing.parent_process() is not None:
-    # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.
-    structlog.get_logger(__name__).warning(
-        "served_from_a_worker_process",
-        advice="a crash of this worker is reported as exit status 0; for a supervisor "
-        "to see it, serve with `atom serve` or `hypercorn -k trio -w 0 atom.http:app`",
-    )
-app: AtomApp = create_app(_settings)
+class ServedApp:
+    """The ASGI application `atom.http:app`: the real one, built on first use."""
 
-__all__ = ["AtomApp", "app", "create_app"]
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if self._app is None:
+            self._app = _from_env()
+        await self._app(scope, receive, send)
+
+
+def _from_env() -> Any:
+    import structlog
+
+    from atom.config import Settings, unknown_env
+    from atom.http.app import create_app
+    from atom.logs import configure_logging
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_level)
+    log = structlog.get_logger(__name__)
+    for name in unknown_env():
+        log.warning("unknown_setting_ignored", variable=name)
+    if multiprocessing.parent_process() is not None:
+        # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.
+        log.warning(
+            "served_from_a_worker_process",
+            advice="a crash of this worker is reported as exit status 0; for a supervisor "
+            "to see it, serve with `atom serve` or `hypercorn -k trio -w 0 atom.http:app`",
+        )
+    return create_app(settings)
+
+
+app = ServedApp()
+
+__all__ = ["ServedApp", "app"]

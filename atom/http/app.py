@@ -28,7 +28,7 @@ from atom.errors import (
 )
 from atom.http import info, tokenize
 from atom.http.body import read_body
-from atom.http.chat_setup import check_parser_names
+from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.model.runner import Runtime

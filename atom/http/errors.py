@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from atom.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
 from atom.wire import dumps
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def from_validation(exc: ValidationError) -> InvalidRequest:
@@ -76,7 +78,7 @@ def error_headers(error: AtomError) -> dict[str, str]:
     return headers
 
 
-def parse(model: type[BaseModel], payload: dict[str, Any]) -> Any:
+def parse(model: type[M], payload: dict[str, Any]) -> M:
     """Validate a decoded body (atom.http.body) as `model`; raises InvalidRequest."""
     try:
         body = model.model_validate(payload)

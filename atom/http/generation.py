@@ -1,29 +1,32 @@
 """The generation endpoints (/v1/chat/completions, /v1/completions) as raw ASGI.
 
-Validation, prompt rendering and length checks happen here; a valid request is
-handed, with ASGI `receive` and `send`, to a RequestActor (see DESIGN: an SSE
-generator inside Quart cannot host the actor's nursery safely).
+The body is read and validated here and planned by its endpoint's adapter; a valid
+request is handed, with ASGI `receive` and `send`, to a RequestActor (see DESIGN: an
+SSE generator inside Quart cannot host the actor's nursery safely).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import trio
 
 from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
-from atom.errors import AtomError, EngineFailed, EngineNotReady, InvalidRequest, ModelNotFound
-from atom.events import Endpoint, RequestReceived, Submit
+from atom.config import Settings
+from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
+from atom.events import RequestReceived, Submit
+from atom.http import chat, completions
+from atom.http.adapter import Planned
 from atom.http.body import decode_json, read_body
-from atom.http.chat_setup import ChatSetup, chat_setup
 from atom.http.errors import error_bytes, error_headers, parse
-from atom.http.prompts import check_prompt_size, render_prompts
-from atom.http.sampling import sampling_params
-from atom.http.schemas import ChatCompletionRequest, CompletionRequest, _SamplingBody
-from atom.http.structured import constraint_of
+from atom.http.schemas import ChatCompletionRequest, CompletionRequest, SamplingBody
+from atom.plan import Endpoint
+
+B = TypeVar("B", bound=SamplingBody)
 
 ROUTES = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 
@@ -53,77 +56,50 @@ async def send_error(send: ASGISend, error: AtomError) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationRequest:
-    """Validate and render one request; raises AtomError with the right status."""
-    payload = decode_json(raw)
-    schema = ChatCompletionRequest if endpoint is Endpoint.CHAT else CompletionRequest
-    body = parse(schema, payload)
-    core = ready_core(engine)
-    model = check_model(engine, body.model)
-    check_prompt_size(body, core.max_prompt_chars)
-    num_choices = _num_choices(engine, body)
-    chat = chat_setup(engine.settings, body) if isinstance(body, ChatCompletionRequest) else None
-    prompts = render_prompts(core.tokenizer, body, chat)
-    if len(prompts) * num_choices > engine.settings.max_num_seqs:
-        raise InvalidRequest(
-            f"{len(prompts)} prompts x {num_choices} choices exceeds --max-num-seqs "
-            f"{engine.settings.max_num_seqs}",
-            param="n",
+@dataclass(frozen=True, slots=True)
+class Adapter(Generic[B]):
+    """An endpoint: its body schema, its response ids' prefix and its plan builder."""
+
+    schema: type[B]
+    id_prefix: str
+    plan: Callable[[Settings, EngineCore, B], Planned]
+
+    def request(
+        self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any]
+    ) -> GenerationRequest:
+        body = parse(self.schema, payload)
+        core = ready_core(engine)
+        model = check_model(engine, body.model)
+        planned = self.plan(engine.settings, core, body)
+        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        received = RequestReceived(
+            request_id=request_id,
+            endpoint=endpoint,
+            model=model,
+            created=int(core.clock()),
+            body=payload,
+            plan=planned.plan,
         )
-    longest = max(len(p.ids) for p in prompts)
-    constraint = chat.grammar if chat and chat.grammar else constraint_of(body)
-    after = _reasoning_end_ids(core.tokenizer, chat) if constraint else ()
-    params = sampling_params(
-        core.tokenizer, core.max_model_len, body, longest, grammar=constraint, grammar_after=after
-    )
-    request_id = f"{'chatcmpl' if endpoint is Endpoint.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
-    received = RequestReceived(
-        request_id=request_id,
-        endpoint=endpoint,
-        model=model,
-        created=int(core.clock()),
-        body=payload,
-    )
-    submit = Submit(
-        request_id=request_id,
-        prompt_ids=prompts[0].ids,
-        more_prompt_ids=tuple(p.ids for p in prompts[1:]),
-        params=params,
-        num_choices=num_choices,
-        cache_salt=body.cache_salt,
-    )
-    echo = getattr(body, "echo", False)
-    return GenerationRequest(
-        received=received,
-        submit=submit,
-        echo_texts=tuple(p.text for p in prompts) if echo else None,
-        report_prompt_logprobs=body.prompt_logprobs is not None,
-        tool_format=chat.tool_format if chat else None,
-        reasoning_format=chat.reasoning_format if chat else None,
-        is_named_tool_choice=bool(chat and chat.is_named_tool_choice),
-    )
+        submit = Submit(
+            request_id=request_id,
+            prompt_ids=planned.prompts[0],
+            more_prompt_ids=planned.prompts[1:],
+            params=planned.plan.params,
+            choices_per_prompt=planned.plan.shape.best_of,
+            cache_salt=planned.cache_salt,
+        )
+        return GenerationRequest(received=received, plan=planned.plan, submit=submit)
 
 
-def _reasoning_end_ids(tokenizer: Any, chat: ChatSetup | None) -> tuple[int, ...]:
-    """With a reasoning parser, the constraint starts once the reasoning section ends."""
-    marker = chat.reasoning_format.end_marker if chat and chat.reasoning_format else ""
-    return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()
+ADAPTERS: dict[Endpoint, Adapter[Any]] = {
+    Endpoint.CHAT: Adapter(ChatCompletionRequest, chat.ID_PREFIX, chat.plan),
+    Endpoint.COMPLETIONS: Adapter(CompletionRequest, completions.ID_PREFIX, completions.plan),
+}
 
 
-def _num_choices(engine: Engine, body: _SamplingBody) -> int:
-    """n, or best_of when it asks for more candidates than choices returned."""
-    if body.n > engine.settings.max_n:
-        raise InvalidRequest(f"n must be at most {engine.settings.max_n}", param="n")
-    best_of = getattr(body, "best_of", None) or body.n
-    if best_of < body.n:
-        raise InvalidRequest(f"best_of ({best_of}) must be at least n ({body.n})", param="best_of")
-    if best_of > engine.settings.max_n:
-        raise InvalidRequest(f"best_of must be at most {engine.settings.max_n}", param="best_of")
-    if best_of > body.n and body.stream:
-        raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
-    if body.prompt_logprobs is not None and body.stream:
-        raise InvalidRequest("prompt_logprobs cannot be streamed yet", param="prompt_logprobs")
-    return best_of
+def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationRequest:
+    """Validate and plan one request; raises AtomError with the right status."""
+    return ADAPTERS[endpoint].request(engine, endpoint, decode_json(raw))
 
 
 def ready_core(engine: Engine) -> EngineCore:

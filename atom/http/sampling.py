@@ -6,39 +6,42 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from atom.errors import ContextTooLong, InvalidRequest
 from atom.events import SamplingParams
-from atom.http.schemas import ChatCompletionRequest, _SamplingBody
+from atom.http.schemas import SamplingBody
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Asked:
+    """What the endpoint's own fields ask of sampling, as its adapter resolved them."""
+
+    longest_prompt: int  # tokens
+    prompt_field: str  # "messages" or "prompt", for a too-long prompt's error
+    max_tokens: int | None = None
+    logprobs: int | None = None  # top alternatives per token; 0 = the token only
+    prompt_logprobs: int | None = None
 
 
 def sampling_params(
     tokenizer: Any,
     max_model_len: int,
-    body: _SamplingBody,
-    num_prompt: int,
+    body: SamplingBody,
+    asked: Asked,
     *,
     grammar: str | None = None,
     grammar_after: tuple[int, ...] = (),
 ) -> SamplingParams:
     """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
-    max_tokens = _max_tokens(body, num_prompt, max_model_len)
+    max_tokens = _max_tokens(asked, max_model_len)
     if body.min_tokens > max_tokens:
         raise InvalidRequest(
             f"min_tokens ({body.min_tokens}) must not exceed max_tokens ({max_tokens})",
             param="min_tokens",
         )
-    if isinstance(body, ChatCompletionRequest) and body.top_logprobs and not body.logprobs:
-        raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
     vocab = len(tokenizer)
-    logprobs = body.num_logprobs()  # type: ignore[attr-defined]
-    best_of = getattr(body, "best_of", None) or body.n
-    if best_of > body.n and logprobs is None:
-        logprobs = 0  # ranking the best_of candidates needs each token's logprob
-    prompt_logprobs = body.prompt_logprobs
-    if prompt_logprobs is None and getattr(body, "echo", False) and logprobs is not None:
-        prompt_logprobs = logprobs  # echo with logprobs shows the prompt's logprobs too
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
@@ -56,8 +59,8 @@ def sampling_params(
         logit_bias=_logit_bias(body.logit_bias or {}, vocab),
         allowed_token_ids=_allowed(body.allowed_token_ids, vocab),
         bad_words=_bad_words(tokenizer, body.bad_words or ()),
-        logprobs=logprobs,
-        prompt_logprobs=prompt_logprobs,
+        logprobs=asked.logprobs,
+        prompt_logprobs=asked.prompt_logprobs,
         include_stop_str_in_output=body.include_stop_str_in_output,
         skip_special_tokens=body.skip_special_tokens,
         spaces_between_special_tokens=body.spaces_between_special_tokens,
@@ -66,16 +69,15 @@ def sampling_params(
     )
 
 
-def _max_tokens(body: _SamplingBody, num_prompt: int, limit: int) -> int:
-    requested = getattr(body, "max_completion_tokens", None) or body.max_tokens
+def _max_tokens(asked: Asked, limit: int) -> int:
+    requested, num_prompt = asked.max_tokens, asked.longest_prompt
     if num_prompt >= limit or (requested is not None and num_prompt + requested > limit):
-        prompt_field = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
         raise ContextTooLong(
             f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{num_prompt + (requested or 0)} tokens ({num_prompt} in the prompt, "
             f"{requested or 0} for the completion). Please reduce the length of the prompt "
             "or the completion.",
-            param="max_tokens" if num_prompt < limit else prompt_field,
+            param="max_tokens" if num_prompt < limit else asked.prompt_field,
         )
     return requested or limit - num_prompt
 

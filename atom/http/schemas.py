@@ -151,7 +151,9 @@ class StructuredOutputs(_Body):
     json_object: bool | None = None
 
 
-class _SamplingBody(_Body):
+class SamplingBody(_Body):
+    """The fields chat and completions share (each endpoint adds its own)."""
+
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -187,7 +189,7 @@ class _SamplingBody(_Body):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
-class ChatCompletionRequest(_SamplingBody):
+class ChatCompletionRequest(SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[Tool] | None = None
@@ -197,25 +199,23 @@ class ChatCompletionRequest(_SamplingBody):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
-    def num_logprobs(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
 
-
-class CompletionRequest(_SamplingBody):
+class CompletionRequest(SamplingBody):
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
     best_of: int | None = Field(default=None, ge=1)
 
-    def num_logprobs(self) -> int | None:
-        return self.logprobs
-
 
 class TokenizeRequest(_Body):
+    """vLLM's /tokenize: a prompt, or messages rendered as chat renders them."""
+
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
+    tools: list[Tool] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class DetokenizeRequest(_Body):

@@ -5,11 +5,11 @@ json_object). An invalid schema, regex or grammar is a 400 naming the problem.""
 from __future__ import annotations
 
 from atom.errors import InvalidRequest
-from atom.http.schemas import _SamplingBody
+from atom.http.schemas import SamplingBody
 from atom.text import grammar as g
 
 
-def constraint_of(body: _SamplingBody) -> str | None:
+def constraint_of(body: SamplingBody) -> str | None:
     found: list[tuple[str, str]] = []
     rf = body.response_format
     try:
@@ -33,7 +33,7 @@ def constraint_of(body: _SamplingBody) -> str | None:
     return found[0][1] if found else None
 
 
-def _structured(body: _SamplingBody) -> str:
+def _structured(body: SamplingBody) -> str:
     so = body.structured_outputs
     assert so is not None
     given = [

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from atom.actors.engine import Engine
+from atom.actors.engine import Engine, EngineCore
+from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.body import decode_json
+from atom.http.chat import default_template_kwargs
 from atom.http.errors import parse
 from atom.http.generation import check_model, ready_core
 from atom.http.prompts import check_prompt_size
@@ -24,18 +27,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
         body = parse(TokenizeRequest, await _json())
         core = ready_core(engine)
         check_model(engine, body.model)
-        check_prompt_size(body, core.max_prompt_chars)
-        if body.messages is not None:
-            try:
-                ids = render_chat(core.tokenizer, [m.as_template_message() for m in body.messages])
-            except ValueError as exc:
-                raise InvalidRequest(str(exc), param="messages") from None
-        elif body.prompt is not None:
-            ids = encode_text(
-                core.tokenizer, body.prompt, add_special_tokens=body.add_special_tokens
-            )
-        else:
-            raise InvalidRequest("give either `prompt` or `messages`", param="prompt")
+        # Templates and tokenizers run off the event loop, as for generation.
+        ids = await trio.to_thread.run_sync(_token_ids, engine.settings, core, body)
         result = {"tokens": list(ids), "count": len(ids), "max_model_len": core.max_model_len}
         return Response(dumps(result), content_type="application/json")
 
@@ -49,6 +42,25 @@ def register(app: QuartTrio, engine: Engine) -> None:
             raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
         text = core.tokenizer.decode(body.tokens)
         return Response(dumps({"prompt": text}), content_type="application/json")
+
+
+def _token_ids(settings: Settings, core: EngineCore, body: TokenizeRequest) -> tuple[int, ...]:
+    """The prompt's ids, or the messages' as /v1/chat/completions renders them (with the
+    request's tools and template kwargs over `--default-chat-template-kwargs`)."""
+    if body.messages is not None:
+        num_chars = sum(len(m.as_template_message()["content"]) for m in body.messages)
+        check_prompt_size(num_chars, core.max_prompt_chars, param="messages")
+        tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
+        kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
+        messages = [m.as_template_message() for m in body.messages]
+        try:
+            return render_chat(core.tokenizer, messages, tools=tools, template_kwargs=kwargs)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="messages") from None
+    if body.prompt is not None:
+        check_prompt_size(len(body.prompt), core.max_prompt_chars, param="prompt")
+        return encode_text(core.tokenizer, body.prompt, add_special_tokens=body.add_special_tokens)
+    raise InvalidRequest("give either `prompt` or `messages`", param="prompt")
 
 
 async def _json() -> dict[str, Any]:

@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from atom.events import SamplingParams
-from atom.model.runner import SeqChunk, StepPlan, slot_of
-from atom.model.sampler import Sampled
+from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 
 Script = Callable[[tuple[int, ...], SamplingParams, int], Sequence[int]]
 

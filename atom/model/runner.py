@@ -1,8 +1,9 @@
 """The Runner protocol: what the Batcher asks of a model, and the step plan it hands over.
 
-The Batcher owns sequence bookkeeping (how many tokens each sequence has, when it
-ends); a Runner owns per-sequence device state (KV cache, sampling generator)
-and turns one StepPlan into one sampled token per scheduled sequence.
+The Scheduler owns sequence bookkeeping (how many tokens each sequence has, when it
+ends; the Batcher alone calls it); a Runner owns per-sequence device state (KV
+cache, sampling generator) and turns one StepPlan into one sampled token per
+scheduled sequence.
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from atom.events import SamplingParams
-from atom.model.sampler import Sampled
+from atom.events import SamplingParams, TokenLogprobs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sampled:
+    token_id: int
+    logprobs: TokenLogprobs | None = None
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # prompt tokens 1.., if asked
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

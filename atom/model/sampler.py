@@ -10,18 +10,11 @@ logits processors and temperature, before top-k/top-p/min-p truncation (vLLM's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from atom.events import SamplingParams, TokenLogprobs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sampled:
-    token_id: int
-    logprobs: TokenLogprobs | None = None
-    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # prompt tokens 1.., if asked
+from atom.model.runner import Sampled
 
 
 def apply_temperature(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
@@ -98,26 +91,47 @@ def sample(
 def _draw(
     scaled: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
 ) -> list[int]:
-    """Inverse-CDF draw per row with the row's own generator (one uniform per row),
-    rows grouped by candidate rule."""
+    """A draw per row from its truncated distribution, rows grouped by candidate rule."""
     drawn = [0] * len(params)
     groups: dict[str, list[int]] = {}
     for row, p in enumerate(params):
         if not p.is_greedy:
             groups.setdefault(_rule(p), []).append(row)
-    for rows in groups.values():
+    for rule, rows in groups.items():
         group = [params[r] for r in rows]
         values, ids = candidates(scaled[rows], group)
-        cdf = truncate_sorted(values, group).softmax(dim=1).nan_to_num(0.0).cumsum(dim=1)
-        uniforms = torch.cat(
-            [torch.rand(1, generator=generators[r], device=generators[r].device) for r in rows]
-        )
-        picks = torch.searchsorted(cdf, (uniforms.to(cdf.device) * cdf[:, -1])[:, None])
-        for r, token in zip(
-            rows, ids.gather(1, picks.clamp(max=ids.shape[1] - 1))[:, 0].tolist(), strict=True
-        ):
+        kept = truncate_sorted(values, group)
+        if rule != "vocab":  # back to vocabulary order: the noise belongs to token ids
+            kept = torch.full_like(scaled[rows], float("-inf")).scatter_(1, ids, kept)
+        for r, token in zip(rows, gumbel_max(kept, [generators[r] for r in rows]), strict=True):
             drawn[r] = token
     return drawn
+
+
+BLOCK = 256  # tokens per block of the two-level draw
+
+
+def gumbel_max(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> list[int]:
+    """argmax(logit + Gumbel noise) per row: an exact draw from softmax(logits), whose
+    noise is tied to token ids, so a logit moved by float rounding (another batch, a
+    prefix-cache hit) changes the token only when two tokens' noisy scores tie within
+    that rounding (~1e-5 here). An inverse-CDF draw over a sorted row flipped at any
+    CDF boundary or sort-order swap near the uniform (several percent per token on
+    flat distributions). Two levels keep the noise small: a block of BLOCK token ids by
+    its log-mass, then a token within it; each row's generator gives
+    blocks + BLOCK uniforms per step, whatever the batch."""
+    rows, vocab = logits.shape
+    num_blocks = -(-vocab // BLOCK)
+    padded = torch.nn.functional.pad(logits, (0, num_blocks * BLOCK - vocab), value=float("-inf"))
+    padded = padded.view(rows, num_blocks, BLOCK)
+    uniforms = torch.stack(
+        [torch.rand(num_blocks + BLOCK, generator=g, device=g.device) for g in generators]
+    ).to(logits.device)
+    gumbel = -torch.log(-torch.log(uniforms.clamp(min=torch.finfo(uniforms.dtype).tiny)))
+    blocks = (padded.logsumexp(dim=2) + gumbel[:, :num_blocks]).argmax(dim=1)
+    within = padded[torch.arange(rows, device=logits.device), blocks]
+    picks = (within + gumbel[:, num_blocks:]).argmax(dim=1)
+    return (blocks * BLOCK + picks).tolist()  # type: ignore[no-any-return]
 
 
 def _with_logprobs(

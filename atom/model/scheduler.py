@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from atom.events import FinishReason, SamplingParams, Submit, TokenLogprobs
 from atom.model.kv_cache import KVCacheManager
-from atom.model.runner import SeqChunk, StepPlan
-from atom.model.sampler import Sampled
+from atom.model.runner import Sampled, SeqChunk, StepPlan
 
 
 @dataclass(slots=True, kw_only=True)
@@ -98,7 +97,7 @@ class Scheduler:
 
     def add(self, submit: Submit) -> list[Sequence]:
         """Start one sequence per choice of `submit` (blocks come when it is scheduled)."""
-        n = submit.num_choices
+        n = submit.choices_per_prompt
         new = [
             Sequence(
                 seq_id=f"{submit.request_id}/{p_idx * n + j}",

@@ -18,8 +18,8 @@ from atom.model.attention import (
 )
 from atom.model.grammar import GrammarMatchers
 from atom.model.logits import RowContext, process
-from atom.model.runner import SeqChunk, StepPlan, slot_of
-from atom.model.sampler import Sampled, prompt_logprobs, sample
+from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
+from atom.model.sampler import prompt_logprobs, sample
 
 
 def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:

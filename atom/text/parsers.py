@@ -4,11 +4,13 @@ Adding a parser is one file with a scan and one line here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from atom.plan import TextPlan
 from atom.text.reasoning.base import Granite, ReasoningFormat, ThinkTags
 from atom.text.tools.base import ToolFormat, limited
+from atom.text.tools.forced import CallList, NamedCall
 from atom.text.tools.json_calls import Hermes, Llama3Json, Mistral, Prefixed
 from atom.text.tools.pythonic import Pythonic
 from atom.text.tools.sections import Qwen3Coder, deepseek_v3, kimi_k2
@@ -38,18 +40,13 @@ REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any]], ReasoningFormat]] = {
 }
 
 
-def tool_format(name: str, tools: Sequence[Mapping[str, Any]] = ()) -> ToolFormat:
-    """The tool-call format `name`, given the request's OpenAI `tools` list."""
+def tool_format(name: str, schemas: ToolSchemas | None = None) -> ToolFormat:
+    """The tool-call format `name`, given the request's functions (name → parameters)."""
     if name not in TOOL_PARSERS:
         raise ValueError(
             f"unknown tool-call parser {name!r}; known: {', '.join(sorted(TOOL_PARSERS))}"
         )
-    schemas = {
-        t["function"]["name"]: t["function"].get("parameters") or {}
-        for t in tools
-        if isinstance(t, Mapping) and isinstance(t.get("function"), Mapping)
-    }
-    return TOOL_PARSERS[name](schemas)
+    return TOOL_PARSERS[name](schemas or {})
 
 
 def reasoning_format(
@@ -61,21 +58,21 @@ def reasoning_format(
     return REASONING_PARSERS[name](chat_template_kwargs or {})
 
 
-def choice_formats(
-    tool_call_parser: str | None,
-    reasoning_parser: str | None,
-    *,
-    tools: Sequence[Mapping[str, Any]],
-    tool_choice: Any,
-    parallel_tool_calls: bool,
-    template_kwargs: Mapping[str, Any],
-) -> tuple[ToolFormat | None, ReasoningFormat | None]:
-    """The parsers a chat request's choices run: tool calls only with tools and a
-    tool_choice other than "none" (at most one call without parallel_tool_calls)."""
-    fmt = None
-    if tool_call_parser and tools and tool_choice != "none":
-        fmt = tool_format(tool_call_parser, tools)
-        if not parallel_tool_calls:
-            fmt = limited(fmt, 1)
-    reasoning = reasoning_format(reasoning_parser, template_kwargs) if reasoning_parser else None
+def plan_formats(text: TextPlan) -> tuple[ToolFormat | None, ReasoningFormat | None]:
+    """The parsers a choice runs: the forced call's own format under tool_choice
+    "required" or a named function, else `--tool-call-parser` (at most `max_calls`),
+    and `--reasoning-parser` with the request's template kwargs."""
+    fmt: ToolFormat | None = None
+    tools = text.tools
+    if tools is not None and tools.required:
+        fmt = CallList()
+    elif tools is not None and tools.named is not None:
+        fmt = NamedCall(tools.named)
+    elif tools is not None and tools.parser:
+        fmt = tool_format(tools.parser, tools.schemas)
+        if tools.max_calls is not None:
+            fmt = limited(fmt, tools.max_calls)
+    reasoning = None
+    if text.reasoning_parser:
+        reasoning = reasoning_format(text.reasoning_parser, text.template_kwargs)
     return fmt, reasoning

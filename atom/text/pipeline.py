@@ -6,6 +6,7 @@ again over recorded tokens (with other parsers, if asked)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from atom.events import (
@@ -20,7 +21,10 @@ from atom.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
 )
+from atom.plan import RequestPlan
 from atom.text.choice import ChoiceText
+from atom.text.detokenizer import Decoder
+from atom.text.parsers import plan_formats
 from atom.text.reasoning.base import ReasoningFormat, ReasoningStream
 from atom.text.tools.base import ContentDelta, ToolCallStart, ToolDelta, ToolFormat, ToolStream
 from atom.text.tools.base import ToolArgumentsDelta as ArgsDelta
@@ -28,7 +32,7 @@ from atom.text.tools.base import ToolArgumentsDelta as ArgsDelta
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChoiceSetup:
-    """What one choice's pipeline needs besides its tokens."""
+    """What one choice's pipeline needs besides its tokens (see `pipeline_for`)."""
 
     request_id: str
     choice_idx: int
@@ -38,6 +42,31 @@ class ChoiceSetup:
     tool_format: ToolFormat | None = None
     reasoning_format: ReasoningFormat | None = None
     is_named_tool_choice: bool = False
+
+
+def pipeline_for(
+    request_id: str,
+    plan: RequestPlan,
+    prompts: Sequence[tuple[int, ...]],
+    choice_idx: int,
+    decoder: Decoder,
+) -> ChoicePipeline:
+    """The pipeline of choice `choice_idx`, as the plan says: the live request actor and
+    `atom replay` both build it here (a parser swap is a plan with other parsers)."""
+    text = plan.text
+    prompt_idx = choice_idx // plan.shape.best_of
+    tool_format, reasoning_format = plan_formats(text)
+    setup = ChoiceSetup(
+        request_id=request_id,
+        choice_idx=choice_idx,
+        prompt_ids=prompts[prompt_idx],
+        echo_text=None if text.echo_texts is None else text.echo_texts[prompt_idx],
+        report_prompt_logprobs=text.report_prompt_logprobs,
+        tool_format=tool_format,
+        reasoning_format=reasoning_format,
+        is_named_tool_choice=text.tools is not None and text.tools.named is not None,
+    )
+    return ChoicePipeline(setup, ChoiceText(decoder, plan.params))
 
 
 class ChoicePipeline:

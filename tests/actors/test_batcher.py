@@ -40,7 +40,7 @@ def make(
 
 
 def submit(rid: str, n: int = 1, prompt: tuple[int, ...] = (5, 6, 7)) -> Submit:
-    return Submit(request_id=rid, prompt_ids=prompt, params=PARAMS, num_choices=n)
+    return Submit(request_id=rid, prompt_ids=prompt, params=PARAMS, choices_per_prompt=n)
 
 
 async def drain(outbox: Outbox) -> list[TokensSampled]:

@@ -15,7 +15,7 @@ import trio
 
 from atom.config import Settings
 from atom.http.app import create_app
-from atom.replay import project
+from atom.replay import project, reparse
 from atom.request_log import read_log
 from tests.conftest import fake_loader, serving, wait_ready
 
@@ -80,6 +80,11 @@ async def test_tool_calls_whole_and_streamed(tokenizer: Any, tmp_path: Path) -> 
     )
     assert whole_body["choices"][0]["message"]["tool_calls"][0]["id"] == call.id
     assert b'"tool_calls":[{"index":0,"id":"call_' in stream_body
+    # The parser the server used, given as a swap, rebuilds the same bytes.
+    rebuilt = reparse(
+        read_log(log_path), tokenizer, tool_call_parser="hermes", reasoning_parser=None
+    )
+    assert [r.body for r in project(rebuilt)] == [r.body for r in project(read_log(log_path))]
 
 
 async def test_reasoning_is_separated_under_both_names(tokenizer: Any) -> None:

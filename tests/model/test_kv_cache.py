@@ -83,7 +83,7 @@ def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
             params = SamplingParams(temperature=0.0, max_tokens=d)
             max_tokens[rid] = d
             scheduler.add(Submit(request_id=rid, prompt_ids=prompts[rid], params=params,
-                                 num_choices=c))  # fmt: skip
+                                 choices_per_prompt=c))  # fmt: skip
         elif kind == "abort" and f"r{a}" in prompts:
             for seq in scheduler.seqs_of(f"r{a}"):
                 scheduler.remove(seq.seq_id)

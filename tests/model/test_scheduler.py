@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from atom.events import FinishReason, SamplingParams, Submit
 from atom.model.kv_cache import KVCacheManager
-from atom.model.sampler import Sampled
+from atom.model.runner import Sampled
 from atom.model.scheduler import Scheduler
 
 EOS = 0
@@ -21,7 +21,10 @@ def make(budget: int = 8, max_num_seqs: int = 4, num_blocks: int = 64) -> Schedu
 def submit(rid: str, prompt_len: int, *, n: int = 1, max_tokens: int = 4) -> Submit:
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     return Submit(
-        request_id=rid, prompt_ids=tuple(range(1, prompt_len + 1)), params=params, num_choices=n
+        request_id=rid,
+        prompt_ids=tuple(range(1, prompt_len + 1)),
+        params=params,
+        choices_per_prompt=n,
     )
 
 

@@ -22,6 +22,7 @@ from atom.text.tools.base import (
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
                                      "metric": {"type": "boolean"}}}}}  # fmt: skip
+SCHEMAS = {WEATHER["function"]["name"]: WEATHER["function"]["parameters"]}
 
 # (parser, model output, expected content, expected [(name, arguments as JSON value)])
 CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
@@ -68,7 +69,7 @@ CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
 
 
 def run_stream(name: str, pieces: list[str]) -> ParsedTools:
-    stream = ToolStream(tool_format(name, [WEATHER]), id_seed="seed")
+    stream = ToolStream(tool_format(name, SCHEMAS), id_seed="seed")
     deltas: list[ToolDelta] = []
     for piece in pieces:
         deltas += stream.feed(piece)
@@ -92,7 +93,7 @@ def run_stream(name: str, pieces: list[str]) -> ParsedTools:
 
 @pytest.mark.parametrize(("name", "text", "content", "calls"), CASES)
 def test_whole_text(name: str, text: str, content: str, calls: list[tuple[str, object]]) -> None:
-    parsed = parse(tool_format(name, [WEATHER]), text, id_seed="seed")
+    parsed = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
     assert parsed.content == content
     assert [c.name for c in parsed.calls] == [n for n, _ in calls]
     for call, (_, args) in zip(parsed.calls, calls, strict=True):
@@ -103,7 +104,7 @@ def test_whole_text(name: str, text: str, content: str, calls: list[tuple[str, o
 
 @pytest.mark.parametrize(("name", "text", "content", "calls"), CASES)
 def test_streaming_agrees_at_every_split(name: str, text: str, content: str, calls: object) -> None:
-    whole = parse(tool_format(name, [WEATHER]), text, id_seed="seed")
+    whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
     for cut in range(len(text) + 1):
         assert run_stream(name, [text[:cut], text[cut:]]) == whole, cut
     assert run_stream(name, list(text)) == whole

@@ -1,0 +1,54 @@
+"""What every endpoint adapter gives the generation route, and the checks they share.
+
+An adapter (atom/http/chat.py, atom/http/completions.py) turns its validated body
+into a RequestPlan and the prompts' token ids; nothing after it reads the body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from atom.config import Settings
+from atom.errors import InvalidRequest
+from atom.plan import RequestPlan, ResponseShape
+from atom.text.parsers import reasoning_format
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planned:
+    plan: RequestPlan
+    prompts: tuple[tuple[int, ...], ...]  # token ids, one entry per prompt
+    cache_salt: str | None = None
+
+
+def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bool) -> None:
+    """n and best_of within the server's limits, and what cannot be streamed."""
+    if shape.n > settings.max_n:
+        raise InvalidRequest(f"n must be at most {settings.max_n}", param="n")
+    if shape.best_of < shape.n:
+        raise InvalidRequest(
+            f"best_of ({shape.best_of}) must be at least n ({shape.n})", param="best_of"
+        )
+    if shape.best_of > settings.max_n:
+        raise InvalidRequest(f"best_of must be at most {settings.max_n}", param="best_of")
+    if shape.best_of > shape.n and shape.stream:
+        raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
+    if prompt_logprobs and shape.stream:
+        raise InvalidRequest("prompt_logprobs cannot be streamed yet", param="prompt_logprobs")
+    if shape.total_choices > settings.max_num_seqs:
+        raise InvalidRequest(
+            f"{shape.num_prompts} prompts x {shape.best_of} choices exceeds --max-num-seqs "
+            f"{settings.max_num_seqs}",
+            param="n",
+        )
+
+
+def reasoning_end_ids(
+    tokenizer: Any, reasoning_parser: str | None, template_kwargs: dict[str, Any]
+) -> tuple[int, ...]:
+    """With a reasoning parser, a constraint starts once the reasoning section ends."""
+    if not reasoning_parser:
+        return ()
+    marker = reasoning_format(reasoning_parser, template_kwargs).end_marker
+    return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()

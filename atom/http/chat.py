@@ -1,0 +1,176 @@
+"""/v1/chat/completions: the validated body → the request's plan and its one prompt.
+
+The template gets the messages, the tools and the template kwargs; the choices' text
+plan gets the tool-call and reasoning parsers (`--tool-call-parser`,
+`--reasoning-parser`); tool_choice "required" or a named function is enforced by a
+grammar over the output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from atom.actors.engine import EngineCore
+from atom.config import Settings
+from atom.errors import InvalidRequest
+from atom.http.adapter import Planned, check_shape, reasoning_end_ids
+from atom.http.prompts import check_prompt_size, truncated
+from atom.http.sampling import Asked, sampling_params
+from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
+from atom.http.structured import constraint_of
+from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan, ToolPlan
+from atom.text import grammar as g
+from atom.text.parsers import reasoning_format, tool_format
+from atom.text.prompt import render_chat
+
+ID_PREFIX = "chatcmpl"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tools:
+    """The request's tools as the template sees them and as the choices parse them."""
+
+    for_template: list[dict[str, Any]] | None
+    template_kwargs: dict[str, Any]
+    plan: ToolPlan | None
+    grammar: str | None = None  # enforces tool_choice "required" or a named function
+
+
+def check_parser_names(settings: Settings) -> None:
+    """Fail at start-up, not on the first request, for an unknown parser name."""
+    if settings.tool_call_parser:
+        tool_format(settings.tool_call_parser)
+    if settings.reasoning_parser:
+        reasoning_format(settings.reasoning_parser)
+    default_template_kwargs(settings)
+
+
+def default_template_kwargs(settings: Settings) -> dict[str, Any]:
+    raw = settings.default_chat_template_kwargs
+    kwargs = json.loads(raw) if raw else {}
+    if not isinstance(kwargs, dict):
+        raise ValueError("--default-chat-template-kwargs must be a JSON object")
+    return kwargs
+
+
+def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> Planned:
+    """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
+    if body.truncate_prompt_tokens is None:
+        num_chars = sum(len(m.as_template_message()["content"]) for m in body.messages)
+        check_prompt_size(num_chars, core.max_prompt_chars, param="messages")
+    shape = ResponseShape(
+        endpoint=Endpoint.CHAT,
+        stream=body.stream,
+        include_usage=body.stream_options is not None and body.stream_options.include_usage,
+        n=body.n,
+        best_of=body.n,
+        logprobs=body.logprobs,
+    )
+    check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
+    tools = _tools(settings, body)
+    prompt = _render(core.tokenizer, body, tools)
+    constraint = tools.grammar or constraint_of(body)
+    if body.top_logprobs and not body.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
+    asked = Asked(
+        longest_prompt=len(prompt.ids),
+        prompt_field="messages",
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        prompt_logprobs=body.prompt_logprobs,
+    )
+    after: tuple[int, ...] = ()
+    if constraint:
+        after = reasoning_end_ids(core.tokenizer, settings.reasoning_parser, tools.template_kwargs)
+    params = sampling_params(
+        core.tokenizer, core.max_model_len, body, asked, grammar=constraint, grammar_after=after
+    )
+    text = TextPlan(
+        tools=tools.plan,
+        reasoning_parser=settings.reasoning_parser,
+        template_kwargs=tools.template_kwargs,
+        report_prompt_logprobs=body.prompt_logprobs is not None,
+    )
+    request_plan = RequestPlan(shape=shape, text=text, params=params)
+    return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
+
+
+def _render(tokenizer: Any, body: ChatCompletionRequest, tools: _Tools) -> Any:
+    for m_idx, message in enumerate(body.messages):
+        part_idx = message.image_part_idx()
+        if part_idx is not None:
+            param = f"messages.{m_idx}.content.{part_idx}"
+            raise InvalidRequest(
+                f"{param}: this model takes text only; image_url parts need a vision model",
+                param=param,
+            )
+    messages = [m.as_template_message() for m in body.messages]
+    try:
+        ids = render_chat(
+            tokenizer, messages, tools=tools.for_template, template_kwargs=tools.template_kwargs
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="messages") from None
+    return truncated(tokenizer, body.truncate_prompt_tokens, ids, None)
+
+
+def _tools(settings: Settings, body: ChatCompletionRequest) -> _Tools:
+    choice = body.tool_choice
+    tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
+    kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
+    if choice is not None and choice not in ("none", "auto"):
+        return _forced(body, tools, kwargs)
+    if choice == "none" or not tools:
+        exclude = not tools or settings.exclude_tools_when_tool_choice_none
+        return _Tools(for_template=None if exclude else tools, template_kwargs=kwargs, plan=None)
+    tool_plan = ToolPlan(
+        parser=settings.tool_call_parser,
+        schemas=_schemas(tools),
+        max_calls=None if body.parallel_tool_calls else 1,
+    )
+    return _Tools(for_template=tools, template_kwargs=kwargs, plan=tool_plan)
+
+
+def _forced(
+    body: ChatCompletionRequest, tools: list[dict[str, Any]], kwargs: dict[str, Any]
+) -> _Tools:
+    """tool_choice "required" or a named function, enforced by a grammar over the output."""
+    if not tools:
+        raise InvalidRequest("tool_choice needs tools", param="tool_choice")
+    if body.response_format is not None or body.structured_outputs is not None:
+        raise InvalidRequest(
+            "tool_choice required/named cannot be combined with another structured-output "
+            "constraint",
+            param="tool_choice",
+        )
+    choice = body.tool_choice
+    schemas = _schemas(tools)
+    max_calls = None if body.parallel_tool_calls else 1
+    try:
+        if choice == "required":
+            constraint = g.tool_call_list(tools, max_calls=max_calls)
+            tool_plan = ToolPlan(schemas=schemas, max_calls=max_calls, required=True)
+        else:
+            assert isinstance(choice, NamedToolChoice)
+            name = choice.function.name
+            constraint = g.tool_arguments(_parameters(tools, name))
+            tool_plan = ToolPlan(schemas=schemas, named=name)
+    except g.GrammarError as exc:
+        raise InvalidRequest(f"tools: {exc}", param="tools") from None
+    return _Tools(for_template=tools, template_kwargs=kwargs, plan=tool_plan, grammar=constraint)
+
+
+def _schemas(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """Function name → its parameters schema ({} when the tool gives none)."""
+    return {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+
+
+def _parameters(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The parameters schema of the function `tool_choice` names."""
+    for tool in tools:
+        if tool["function"]["name"] == name:
+            parameters: dict[str, Any] | None = tool["function"].get("parameters")
+            return parameters
+    raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")

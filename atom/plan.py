@@ -1,0 +1,119 @@
+"""The request plan: everything decided about a request when its body was validated.
+
+An endpoint's adapter (atom/http/chat.py, atom/http/completions.py) builds one
+RequestPlan; it travels whole in RequestReceived, and everything after reads it —
+the Batcher's Submit (params), each choice's text pipeline (text), the wire
+renderer (shape) and `atom replay` — never the raw body, which stays in the log
+for audit. Plain frozen data, so the request log holds it as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat.completions"
+    COMPLETIONS = "completions"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """Effective sampling settings of one request (defaults already applied)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float = 0.0
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences, as vLLM tokenizes them
+    logprobs: int | None = None  # top alternatives per sampled token; 0 = the token only
+    prompt_logprobs: int | None = None  # likewise for every prompt token after the first
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
+    grammar_after: tuple[int, ...] = ()  # the grammar starts after these tokens (reasoning end)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether sampling looks at the tokens so far (penalties, bad words)."""
+        return bool(
+            self.frequency_penalty
+            or self.presence_penalty
+            or self.repetition_penalty != 1.0
+            or self.bad_words
+            or (self.grammar is not None and bool(self.grammar_after))
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseShape:
+    """What the response looks like on the wire, whatever the text inside it."""
+
+    endpoint: Endpoint
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a usage chunk before [DONE]
+    num_prompts: int = 1  # a batched completion has several
+    n: int = 1  # choices returned per prompt
+    best_of: int = 1  # choices generated per prompt; the n best are returned
+    logprobs: bool = False  # each choice reports its tokens' logprobs
+
+    @property
+    def total_choices(self) -> int:
+        """Choices generated: choice `p * best_of + j` is the j-th of prompt p."""
+        return self.num_prompts * self.best_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPlan:
+    """How the choices' tool calls are found: the request offered tools and allowed them.
+
+    `required` or `named` force calls (a grammar in the params enforces them, and the
+    parser is the forced call's own); otherwise `parser` (`--tool-call-parser`, None for
+    none) reads calls out of free text, at most `max_calls` of them."""
+
+    parser: str | None = None
+    schemas: dict[str, Any] = field(default_factory=dict)  # function name → parameters
+    max_calls: int | None = None  # 1 without parallel_tool_calls
+    required: bool = False  # tool_choice "required"
+    named: str | None = None  # tool_choice naming one function
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPlan:
+    """What every choice's text pipeline runs besides the detokenizer and stop strings."""
+
+    tools: ToolPlan | None = None
+    reasoning_parser: str | None = None  # `--reasoning-parser`
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. enable_thinking
+    echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
+    report_prompt_logprobs: bool = False
+
+    def with_parsers(self, tool_call_parser: str | None, reasoning_parser: str | None) -> TextPlan:
+        """The same plan with other parsers (`atom replay --tool-call-parser ...`)."""
+        tools = None if self.tools is None else replace(self.tools, parser=tool_call_parser)
+        return replace(self, tools=tools, reasoning_parser=reasoning_parser)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestPlan:
+    shape: ResponseShape
+    text: TextPlan
+    params: SamplingParams
