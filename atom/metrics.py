@@ -21,6 +21,7 @@ from atom.events import (
     RequestScheduled,
     TokensSampled,
 )
+from atom.usage import RequestUsage
 
 # vLLM's buckets, so existing dashboards map over.
 # fmt: off
@@ -75,18 +76,16 @@ class Metrics:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
-        self._received_at: dict[str, float] = {}
-        self._last_token_at: dict[tuple[str, int], float] = {}
-        self._has_token: set[str] = set()
+        self._requests: dict[str, RequestUsage] = {}  # until the request ends
 
     def apply(self, envelope: Envelope) -> None:
-        event, at = envelope.event, envelope.at
+        event = envelope.event
         if isinstance(event, EngineStepped):
             self._on_step(event)
         elif isinstance(event, EngineIdle):
             self.kv_cache_usage = event.kv_cache_usage
         elif isinstance(event, RequestEvent):
-            self._on_request_event(event, at)
+            self._on_request_event(envelope, event)
 
     def _on_step(self, event: EngineStepped) -> None:
         self.kv_cache_usage = event.kv_cache_usage
@@ -94,10 +93,17 @@ class Metrics:
         self.prefix_cache_queries += event.prefix_cache_queries
         self.prefix_cache_hits += event.prefix_cache_hits
 
-    def _on_request_event(self, event: RequestEvent, at: float) -> None:
+    def _on_request_event(self, envelope: Envelope, event: RequestEvent) -> None:
         rid = event.request_id
+        usage = self._requests.get(rid)
+        if usage is not None:
+            latencies = usage.apply(envelope)
+            if latencies.ttft_s is not None:
+                self.ttft.observe(latencies.ttft_s)
+            if latencies.inter_token_s is not None:
+                self.itl.observe(latencies.inter_token_s)
         if isinstance(event, RequestReceived):
-            self._received_at[rid] = at
+            self._requests[rid] = RequestUsage(envelope)
         elif isinstance(event, RequestAccepted):
             self.num_waiting += 1
             self.prompt_tokens += len(event.prompt_ids) + sum(map(len, event.more_prompt_ids))
@@ -105,37 +111,17 @@ class Metrics:
             self.num_waiting -= 1
             self.num_running += 1
         elif isinstance(event, TokensSampled):
-            self._on_tokens(event, at)
+            self.generation_tokens += len(event.token_ids)
         elif isinstance(event, ChoiceFinished):
             self.success[event.finish_reason.value] += 1
-        elif isinstance(event, RequestReleased):
-            self._on_released(event)
-        elif isinstance(event, RequestCompleted):
-            self.e2e.observe(at - self._received_at.pop(rid, at))
-        elif isinstance(event, RequestFailed | RequestAborted):
-            self._received_at.pop(rid, None)
-
-    def _on_tokens(self, event: TokensSampled, at: float) -> None:
-        rid, key = event.request_id, (event.request_id, event.choice_idx)
-        self.generation_tokens += len(event.token_ids)
-        if rid not in self._has_token:
-            self._has_token.add(rid)
-            self.ttft.observe(at - self._received_at.get(rid, at))
-        previous = self._last_token_at.get(key)
-        if previous is not None:
-            self.itl.observe(at - previous)
-        self._last_token_at[key] = at
-        if event.finish_reason is not None:
-            del self._last_token_at[key]
-
-    def _on_released(self, event: RequestReleased) -> None:
-        if event.was_scheduled:
+        elif isinstance(event, RequestReleased) and event.was_scheduled:
             self.num_running -= 1
-        else:
+        elif isinstance(event, RequestReleased):
             self.num_waiting -= 1
-        self._has_token.discard(event.request_id)
-        for key in [k for k in self._last_token_at if k[0] == event.request_id]:
-            del self._last_token_at[key]
+        elif isinstance(event, RequestCompleted) and usage is not None:
+            self.e2e.observe(envelope.at - usage.received_at)
+        if isinstance(event, RequestCompleted | RequestFailed | RequestAborted):
+            self._requests.pop(rid, None)
 
     def render(self, model_name: str, *, request_log_failures: int | None = None) -> str:
         labels = f'model_name="{model_name}"'

@@ -163,6 +163,7 @@ class Batcher:
                 continue  # not admitted yet (its abandoned outbox is dropped on admission)
             for seq in self._scheduler.seqs_of(abort.request_id):
                 if abort.choice_idx is None or abort.choice_idx == seq.choice_idx:
+                    self._scheduler.remove(seq.seq_id)
                     self._release_seq(seq.seq_id, abort.request_id)
 
     def _admit(self) -> None:
@@ -212,10 +213,11 @@ class Batcher:
         )
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:
-            self._release_seq(seq.seq_id, seq.request_id)
+            self._release_seq(seq.seq_id, seq.request_id)  # the Scheduler removed it
 
     def _release_seq(self, seq_id: str, request_id: str) -> None:
-        self._scheduler.remove(seq_id)
+        """Free the runner's state of a sequence the Scheduler no longer holds; the
+        request's last sequence releases the request."""
         self._runner.release(seq_id)
         admitted = self._running[request_id]
         admitted.num_live_seqs -= 1

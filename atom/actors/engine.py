@@ -110,28 +110,8 @@ class Engine:
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
 
     async def _serve(self, runtime: Runtime, device: DeviceThread) -> None:
-        s = self.settings
+        batcher = self._batcher(runtime, device)
         runner = runtime.runner
-        kv = KVCacheManager(
-            num_blocks=runner.num_blocks,
-            block_size=runner.block_size,
-            enable_prefix_caching=s.enable_prefix_caching,
-        )
-        scheduler = Scheduler(
-            kv=kv,
-            max_num_seqs=s.max_num_seqs,
-            max_num_batched_tokens=s.max_num_batched_tokens,
-            eos_token_ids=runtime.runner.eos_token_ids,
-            max_model_len=runtime.max_model_len,
-        )
-        batcher = Batcher(
-            runtime.runner,
-            scheduler,
-            publish=self.bus.publish,
-            max_queued_requests=s.max_queued_requests,
-            max_queue_wait_s=s.max_queue_wait,
-            device=device,
-        )
         self.core = EngineCore(
             bus=self.bus,
             batcher=batcher,
@@ -144,7 +124,7 @@ class Engine:
         log.info(
             "engine_ready",
             max_model_len=runtime.max_model_len,
-            max_num_seqs=s.max_num_seqs,
+            max_num_seqs=self.settings.max_num_seqs,
             num_kv_blocks=runner.num_blocks,
             block_size=runner.block_size,
             max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
@@ -157,3 +137,27 @@ class Engine:
             self._on_fatal()
         finally:
             batcher.fail_all(EngineFailed("the server is shutting down"))
+
+    def _batcher(self, runtime: Runtime, device: DeviceThread) -> Batcher:
+        """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
+        s = self.settings
+        kv = KVCacheManager(
+            num_blocks=runtime.runner.num_blocks,
+            block_size=runtime.runner.block_size,
+            enable_prefix_caching=s.enable_prefix_caching,
+        )
+        scheduler = Scheduler(
+            kv=kv,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            eos_token_ids=runtime.runner.eos_token_ids,
+            max_model_len=runtime.max_model_len,
+        )
+        return Batcher(
+            runtime.runner,
+            scheduler,
+            publish=self.bus.publish,
+            max_queued_requests=s.max_queued_requests,
+            max_queue_wait_s=s.max_queue_wait,
+            device=device,
+        )

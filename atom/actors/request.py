@@ -2,9 +2,11 @@
 
 Its nursery runs a disconnect watcher (owns ASGI `receive`; cancels the actor
 when the client goes away), a router (Outbox → the choice streams), one
-ChoiceStream per choice, and a writer (owns ASGI `send`; publishes each event,
-renders it with atom.wire and sends it). Leaving early for any reason aborts the
-request in the Batcher from `finally`.
+ChoiceStream per choice, and a writer (publishes each event, renders it with
+atom.wire and hands the bytes to `respond`, which atom/http/asgi.py frames as
+ASGI messages). Usage and latency are a fold of the request's own envelopes
+(atom/usage.py). Leaving early for any reason aborts the request in the Batcher
+from `finally`.
 """
 
 from __future__ import annotations
@@ -19,18 +21,16 @@ from typing import Any
 import structlog
 import trio
 
-from atom.actors.choice import ChoiceStream
+from atom.actors.choice_stream import ChoiceStream
 from atom.actors.engine import EngineCore
 from atom.actors.outbox import Outbox
 from atom.errors import AtomError, EngineFailed
 from atom.events import (
     Abort,
-    ChoiceFinished,
     ClientDisconnected,
     Event,
     RequestAborted,
     RequestAccepted,
-    RequestCompleted,
     RequestFailed,
     RequestReceived,
     Submit,
@@ -38,10 +38,10 @@ from atom.events import (
 )
 from atom.plan import RequestPlan
 from atom.text.pipeline import pipeline_for
+from atom.usage import RequestUsage
 from atom.wire import Output, renderer_for
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 log = structlog.get_logger(__name__)
 
 
@@ -57,23 +57,22 @@ class GenerationRequest:
 
 class RequestActor:
     def __init__(
-        self, core: EngineCore, request: GenerationRequest, *, receive: ASGIReceive, send: ASGISend
+        self,
+        core: EngineCore,
+        request: GenerationRequest,
+        *,
+        receive: ASGIReceive,
+        respond: Callable[[Output], Awaitable[None]],
     ) -> None:
         self._core = core
         self._request = request
         self._receive = receive
-        self._send = send
+        self._respond = respond  # sends an Output as HTTP (atom/http/asgi.py)
         self._renderer = renderer_for(request.received, request.plan.shape)
         self._outbox = Outbox()
-        self._has_headers = False
         self._is_done = False  # the final bytes have been handed to the server
         self._has_client_left = False
-        self._received_at = 0.0
-        self._first_token_at: float | None = None
-        self._last_token_at = 0.0
-        self._num_tokens: dict[int, int] = {}
-        self._cached_tokens = 0
-        self._reasoning_tokens: int | None = 0 if request.plan.text.reasoning_parser else None
+        self._usage: RequestUsage | None = None  # from the RequestReceived on
 
     @property
     def request_id(self) -> str:
@@ -82,7 +81,7 @@ class RequestActor:
     async def run(self) -> None:
         """Serve the request to the end, the client's disconnect or an error."""
         with structlog.contextvars.bound_contextvars(request_id=self.request_id):
-            self._received_at = self._core.bus.publish(self._request.received).at
+            self._usage = RequestUsage(self._core.bus.publish(self._request.received))
             failure: AtomError | None = None
             try:
                 async with trio.open_nursery() as nursery:
@@ -139,16 +138,13 @@ class RequestActor:
 
     async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
         """Outbox → choice streams. A stream that stopped early drops what still arrives."""
+        assert self._usage is not None
         try:
             while batch := await self._outbox.receive_batch():
-                if self._first_token_at is None:
-                    self._first_token_at = batch[0].at
-                self._last_token_at = batch[-1].at
                 for envelope in batch:
+                    self._usage.apply(envelope)
                     sampled = envelope.event
                     assert isinstance(sampled, TokensSampled)
-                    if sampled.choice_idx == 0 and sampled.num_cached_tokens is not None:
-                        self._cached_tokens = sampled.num_cached_tokens
                     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                         inboxes[sampled.choice_idx].send_nowait(envelope)
         finally:
@@ -156,30 +152,11 @@ class RequestActor:
                 channel.close()
 
     async def _write(self, inbox: trio.MemoryReceiveChannel[Event]) -> None:
+        assert self._usage is not None
         async with inbox:
             async for event in inbox:
-                if isinstance(event, ChoiceFinished):
-                    self._num_tokens[event.choice_idx] = event.num_tokens
-                    if event.num_reasoning_tokens is not None:
-                        self._reasoning_tokens = (
-                            self._reasoning_tokens or 0
-                        ) + event.num_reasoning_tokens
                 await self._emit(event)
-        await self._emit(self._completed())
-
-    def _completed(self) -> RequestCompleted:
-        first = self._first_token_at or self._received_at
-        longest = max(self._num_tokens.values(), default=0)
-        return RequestCompleted(
-            request_id=self.request_id,
-            prompt_tokens=sum(len(p) for p in self._request.submit.prompts),
-            completion_tokens=sum(self._num_tokens.values()),
-            ttft_s=first - self._received_at,
-            tpot_s=(self._last_token_at - first) / (longest - 1) if longest > 1 else 0.0,
-            latency_s=self._core.clock() - self._received_at,
-            cached_tokens=self._cached_tokens,
-            reasoning_tokens=self._reasoning_tokens,
-        )
+        await self._emit(self._usage.completed(self._core.clock()))
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -219,29 +196,14 @@ class RequestActor:
             await self._emit(event)
 
     async def _emit(self, event: Event) -> None:
-        self._core.bus.publish(event)
+        envelope = self._core.bus.publish(event)
+        if self._usage is not None:
+            self._usage.apply(envelope)
         output = self._renderer.feed(event)
         if output is not None:
-            await self._send_output(output)
-
-    async def _send_output(self, output: Output) -> None:
-        if output.is_final:
-            self._is_done = True  # an http.disconnect from now on is the connection closing
-        if not self._has_headers:
-            self._has_headers = True
-            headers = [(b"content-type", output.content_type.encode())]
-            if output.content_type == "text/event-stream":
-                headers.append((b"cache-control", b"no-cache"))
-            if output.is_final:  # the whole body at once: HTTP/1.0 clients need its length
-                headers.append((b"content-length", str(len(output.body)).encode()))
-            if output.retry_after_s is not None:
-                headers.append((b"retry-after", str(output.retry_after_s).encode()))
-            await self._send(
-                {"type": "http.response.start", "status": output.status, "headers": headers}
-            )
-        await self._send(
-            {"type": "http.response.body", "body": output.body, "more_body": not output.is_final}
-        )
+            if output.is_final:
+                self._is_done = True  # an http.disconnect from now on is the connection closing
+            await self._respond(output)
 
 
 def first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:

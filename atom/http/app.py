@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from atom.actors.bus import Clock
 from atom.actors.engine import Engine, terminate_process
-from atom.actors.request import ASGIReceive, ASGISend
+from atom.actors.request import ASGIReceive
 from atom.config import Settings
 from atom.errors import (
     AtomError,
@@ -27,6 +27,7 @@ from atom.errors import (
     RouteNotFound,
 )
 from atom.http import info, tokenize
+from atom.http.asgi import ASGISend
 from atom.http.body import read_body
 from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers

@@ -21,7 +21,7 @@ from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
 from atom.http.structured import constraint_of
 from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan, ToolPlan
-from atom.text import grammar as g
+from atom.text import constraints
 from atom.text.parsers import reasoning_format, tool_format
 from atom.text.prompt import render_chat
 
@@ -150,14 +150,14 @@ def _forced(
     max_calls = None if body.parallel_tool_calls else 1
     try:
         if choice == "required":
-            constraint = g.tool_call_list(tools, max_calls=max_calls)
+            constraint = constraints.tool_call_list(tools, max_calls=max_calls)
             tool_plan = ToolPlan(schemas=schemas, max_calls=max_calls, required=True)
         else:
             assert isinstance(choice, NamedToolChoice)
             name = choice.function.name
-            constraint = g.tool_arguments(_parameters(tools, name))
+            constraint = constraints.tool_arguments(_parameters(tools, name))
             tool_plan = ToolPlan(schemas=schemas, named=name)
-    except g.GrammarError as exc:
+    except constraints.GrammarError as exc:
         raise InvalidRequest(f"tools: {exc}", param="tools") from None
     return _Tools(for_template=tools, template_kwargs=kwargs, plan=tool_plan, grammar=constraint)
 

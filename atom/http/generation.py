@@ -15,12 +15,13 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from atom.actors.engine import Engine, EngineCore
-from atom.actors.request import ASGIReceive, ASGISend, GenerationRequest, RequestActor
+from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.config import Settings
 from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
 from atom.events import RequestReceived, Submit
 from atom.http import chat, completions
 from atom.http.adapter import Planned
+from atom.http.asgi import AsgiResponder, ASGISend
 from atom.http.body import decode_json, read_body
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, SamplingBody
@@ -45,7 +46,8 @@ async def serve_generation(
         await send_error(send, error)
         return
     assert engine.core is not None
-    await RequestActor(engine.core, request, receive=receive, send=send).run()
+    respond = AsgiResponder(send).respond
+    await RequestActor(engine.core, request, receive=receive, respond=respond).run()
 
 
 async def send_error(send: ASGISend, error: AtomError) -> None:

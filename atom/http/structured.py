@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from atom.errors import InvalidRequest
 from atom.http.schemas import SamplingBody
-from atom.text import grammar as g
+from atom.text import constraints
 
 
 def constraint_of(body: SamplingBody) -> str | None:
@@ -14,16 +14,16 @@ def constraint_of(body: SamplingBody) -> str | None:
     rf = body.response_format
     try:
         if rf is not None and rf.type == "json_object":
-            found.append(("response_format", g.json_object()))
+            found.append(("response_format", constraints.json_object()))
         elif rf is not None and rf.type == "json_schema":
             if rf.json_schema is None or rf.json_schema.json_schema is None:
                 raise InvalidRequest(
                     "response_format json_schema needs json_schema.schema", param="response_format"
                 )
-            found.append(("response_format", g.json_schema(rf.json_schema.json_schema)))
+            found.append(("response_format", constraints.json_schema(rf.json_schema.json_schema)))
         if body.structured_outputs is not None:
             found.append(("structured_outputs", _structured(body)))
-    except g.GrammarError as exc:
+    except constraints.GrammarError as exc:
         param = "structured_outputs" if body.structured_outputs is not None else "response_format"
         raise InvalidRequest(str(exc), param=param) from None
     if len(found) > 1:
@@ -54,11 +54,11 @@ def _structured(body: SamplingBody) -> str:
         )
     name, value = given[0]
     if name == "json":
-        return g.json_schema(value)  # type: ignore[arg-type]
+        return constraints.json_schema(value)  # type: ignore[arg-type]
     if name == "regex":
-        return g.regex(value)  # type: ignore[arg-type]
+        return constraints.regex(value)  # type: ignore[arg-type]
     if name == "choice":
-        return g.choice(value)  # type: ignore[arg-type]
+        return constraints.choice(value)  # type: ignore[arg-type]
     if name == "grammar":
-        return g.grammar(value)  # type: ignore[arg-type]
-    return g.json_object()
+        return constraints.grammar(value)  # type: ignore[arg-type]
+    return constraints.json_object()

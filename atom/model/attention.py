@@ -30,6 +30,9 @@ ATTN_IMPLEMENTATION = "atom_paged"
 DecodeKernel = Callable[..., torch.Tensor]  # the paged_decode CPU kernel (atom.model.kernels)
 
 
+KERNEL_OFF = 0  # paged_decode's window and softcap arguments: 0 means none (csrc/ops.h)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillSlice:
     """Query tokens [q_start, q_start+q_len) are positions start_pos.. of one sequence,
@@ -57,7 +60,7 @@ class DecodeGroup(Protocol):
     def q_idx(self) -> torch.Tensor: ...
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
     ) -> torch.Tensor:
         """q [batch, heads, dim] → [batch, heads, dim]."""
         ...
@@ -74,18 +77,18 @@ class GatherDecode:
     mask: torch.Tensor
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
     ) -> torch.Tensor:
         shape = (*self.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
         flat = self.read_slots.flatten()
         k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
         v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
         mask = self.mask
-        if how.window is not None:
+        if scoring.window is not None:
             positions = torch.arange(shape[1], device=mask.device)
-            recent = positions[None, :] >= (self.seq_lens - how.window)[:, None]
+            recent = positions[None, :] >= (self.seq_lens - scoring.window)[:, None]
             mask = mask & recent[:, None, None, :]
-        return attend(q.unsqueeze(2), k, v, mask, how)[:, :, 0]
+        return attend(q.unsqueeze(2), k, v, mask, scoring)[:, :, 0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +102,7 @@ class KernelDecode:
     kernel: DecodeKernel
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, how: Scoring
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
     ) -> torch.Tensor:
         return self.kernel(
             q,
@@ -108,9 +111,9 @@ class KernelDecode:
             self.block_tables,
             self.seq_lens,
             self.block_size,
-            how.scale,
-            how.window or 0,
-            how.softcap or 0.0,
+            scoring.scale,
+            KERNEL_OFF if scoring.window is None else scoring.window,
+            KERNEL_OFF if scoring.softcap is None else scoring.softcap,
         )
 
 
@@ -140,7 +143,7 @@ def paged_attention(
     **_: object,
 ) -> tuple[torch.Tensor, None]:
     """Write the step's K/V into the paged cache, attend; returns (1, tokens, heads, dim)."""
-    how = Scoring(
+    scoring = Scoring(
         scale=query.shape[-1] ** -0.5 if scaling is None else scaling,
         window=sliding_window,
         softcap=softcap,
@@ -148,25 +151,25 @@ def paged_attention(
     k_cache, v_cache = step_meta.layer_cache(int(module.layer_idx))  # type: ignore[arg-type]
     k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1))
     v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1))
-    out = attend_written(query[0].transpose(0, 1), k_cache, v_cache, step_meta, how)
+    out = attend_written(query[0].transpose(0, 1), k_cache, v_cache, step_meta, scoring)
     return out.unsqueeze(0), None
 
 
 def attend_written(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMeta, how: Scoring
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMeta, scoring: Scoring
 ) -> torch.Tensor:
     """Attention of the step's queries q [tokens, heads, dim] (rows may be strided) over
     one layer's cache, which already holds this step's K/V; returns [tokens, heads, dim]."""
     d = meta.decode
     if d is not None and not meta.prefills:  # all rows decode, in order: no scatter
-        return d.attend(q, k_cache, v_cache, how)
+        return d.attend(q, k_cache, v_cache, scoring)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     for s in meta.prefills:
         rows = slice(s.q_start, s.q_start + s.q_len)
         q_slice = q[rows].transpose(0, 1).unsqueeze(0)
-        out[rows] = _prefill(q_slice, k_cache, v_cache, s, how)[0].transpose(0, 1)
+        out[rows] = _prefill(q_slice, k_cache, v_cache, s, scoring)[0].transpose(0, 1)
     if d is not None:
-        out[d.q_idx] = d.attend(q[d.q_idx], k_cache, v_cache, how)
+        out[d.q_idx] = d.attend(q[d.q_idx], k_cache, v_cache, scoring)
     return out
 
 
@@ -175,36 +178,36 @@ def _prefill(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     s: PrefillSlice,
-    how: Scoring,
+    scoring: Scoring,
 ) -> torch.Tensor:
     k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
     v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
-    if s.start_pos == 0 and how.window is None and how.softcap is None:
+    if s.start_pos == 0 and scoring.window is None and scoring.softcap is None:
         return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=how.scale, enable_gqa=True
+            q, k, v, is_causal=True, scale=scoring.scale, enable_gqa=True
         )
     end = s.start_pos + s.q_len
     q_pos = torch.arange(s.start_pos, end, device=q.device)[:, None]
     k_pos = torch.arange(end, device=q.device)[None, :]
     mask = q_pos >= k_pos
-    if how.window is not None:
-        mask &= k_pos > q_pos - how.window
-    return attend(q, k, v, mask, how)
+    if scoring.window is not None:
+        mask &= k_pos > q_pos - scoring.window
+    return attend(q, k, v, mask, scoring)
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, how: Scoring
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scoring: Scoring
 ) -> torch.Tensor:
     """Masked attention [b, heads, q, dim] over [b, kv_heads, k, dim]; SDPA unless the
     scores are soft-capped, which SDPA cannot do."""
-    if how.softcap is None:
+    if scoring.softcap is None:
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=how.scale, enable_gqa=True
+            q, k, v, attn_mask=mask, scale=scoring.scale, enable_gqa=True
         )
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * how.scale
-    scores = torch.tanh(scores / how.softcap) * how.softcap
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scoring.scale
+    scores = torch.tanh(scores / scoring.softcap) * scoring.softcap
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 

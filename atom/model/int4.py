@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.int8 import INT4, Gemv
+from atom.model.int8 import Gemv
+from atom.model.kernels import ProjectionKind
 
 BLOCK = 32
 BLOCK_BYTES = 20
@@ -60,7 +61,7 @@ class Int4Linear(nn.Module):
 
     def projection(self, kernels: Any) -> Any:
         """This layer as the kernels' `Projection`."""
-        return kernels.Projection(INT4, self._blocks, None, self._bias)
+        return kernels.Projection(ProjectionKind.INT4, self._blocks, None, self._bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, block={BLOCK}"

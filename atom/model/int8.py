@@ -24,12 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from atom.model.kernels import ProjectionKind
+
 # From this many rows (prefill) widening the weights and one float GEMM beat the kernel
 # (one 576x1536 product here: 64 rows 1.8 vs 2.0 ms, 256 rows 7.1 vs 4.7 ms).
 WIDEN_ROWS = 128
 
 Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y
-FLOAT, INT8, INT4 = 0, 1, 2  # the kernels' Projection kinds (csrc/ops.h)
 
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,7 +60,7 @@ class Int8Linear(nn.Module):
         """This layer as the kernels' `Projection` (None: it runs without them)."""
         if self._gemv is None:
             return None
-        return kernels.Projection(INT8, self._weight, self._scale, self._bias)
+        return kernels.Projection(ProjectionKind.INT8, self._weight, self._scale, self._bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"

@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,16 @@ import structlog
 log = structlog.get_logger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
+
+
+class ProjectionKind(IntEnum):
+    """The weight form of a kernels.Projection (mirrors Projection::Kind in csrc/ops.h)."""
+
+    FLOAT = 0
+    INT8 = 1
+    INT4 = 2
+
+
 SOURCES = tuple(
     CSRC / name for name in ("attention.cpp", "linear.cpp", "layer.cpp", "stack.cpp", "module.cpp")
 )

@@ -144,14 +144,11 @@ def load_runtime(settings: Settings) -> Runtime:
     import torch
 
     from atom.model.kernels import cpu_ops
-    from atom.model.lean import lean_model
+    from atom.model.llama_forward import own_forward
     from atom.model.quantization import quantize
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
-    if settings.num_threads:
-        torch.set_num_threads(settings.num_threads)
-    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype_name = settings.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    device, dtype_name = _device_and_dtype(settings)
     loaded = load_model(
         settings.model,
         cache_dir=settings.cache_dir,
@@ -165,16 +162,11 @@ def load_runtime(settings: Settings) -> Runtime:
         dtype=getattr(torch, dtype_name),
         cache_dir=settings.cache_dir,
     )
-    model = lean_model(loaded.model, settings.model_impl, kernels=ops)
+    model = own_forward(loaded.model, settings.model_impl, kernels=ops)
     if settings.quantization is not None:
         quantize(model, settings.quantization, device, kernels=ops)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
-    num_blocks = kv_cache_bytes(settings, device) // per_block
-    if num_blocks * settings.block_size < loaded.max_model_len:
-        raise ValueError(
-            f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
-            f"max_model_len {loaded.max_model_len}: raise --kv-cache-memory-bytes"
-        )
+    num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     runner = TorchRunner(
         model,
         eos_token_ids=eos_token_ids(loaded),
@@ -199,6 +191,27 @@ def load_runtime(settings: Settings) -> Runtime:
         max_model_len=loaded.max_model_len,
         precompile=runner.grammars.compile,
     )
+
+
+def _device_and_dtype(settings: Settings) -> tuple[str, str]:
+    """CUDA when present, bf16 there; f32 on CPU (with `--num-threads` applied)."""
+    import torch
+
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return device, settings.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+
+
+def _num_kv_blocks(settings: Settings, device: str, per_block: int, max_model_len: int) -> int:
+    """KV blocks in the cache budget; ValueError when one full-length sequence won't fit."""
+    num_blocks = kv_cache_bytes(settings, device) // per_block
+    if num_blocks * settings.block_size < max_model_len:
+        raise ValueError(
+            f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
+            f"max_model_len {max_model_len}: raise --kv-cache-memory-bytes"
+        )
+    return int(num_blocks)
 
 
 def eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

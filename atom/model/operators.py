@@ -1,4 +1,4 @@
-"""The small operators of ATOM's own forward (`atom.model.lean`), and its one-call
+"""The small operators of ATOM's own forward (`atom.model.llama_forward`), and its one-call
 decode path.
 
 `TorchOps` writes each operator with torch's own (any device and dtype); the CPU
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from atom.model.attention import KernelDecode, StepMeta
-from atom.model.int8 import FLOAT
+from atom.model.kernels import ProjectionKind
 
 STACK_ROWS = 4  # decode steps of up to this many tokens run as one DecodeStack call
 
@@ -69,7 +69,7 @@ class TorchOps:
 class DecodeStack:
     """The kernels' `DecodeStack` over a model's layers: a decode step of up to
     `max_rows` tokens through every layer in one call (the kernels in the order
-    `LeanLayer.forward` calls them, without its Python)."""
+    `LlamaLayer.forward` calls them, without its Python)."""
 
     stack: Any
     max_rows: int
@@ -93,7 +93,7 @@ class DecodeStack:
 
 
 def decode_stack(model: Any) -> DecodeStack | None:
-    """A `DecodeStack` for `model` (a `LeanCausalLM`), or None when its operators are
+    """A `DecodeStack` for `model` (a `LlamaForward`), or None when its operators are
     not the kernels' or one of its projections has no kernel form."""
     kernels = model.ops
     if not hasattr(kernels, "DecodeStack"):
@@ -116,13 +116,13 @@ def decode_stack(model: Any) -> DecodeStack | None:
             norms[0].variance_epsilon,
             layer.num_heads,
             layer.num_kv_heads,
-            layer.how.scale,
+            layer.scoring.scale,
         )
     return DecodeStack(stack=stack, max_rows=STACK_ROWS)
 
 
 def _projection(kernels: Any, linear: nn.Module) -> Any | None:
     if isinstance(linear, nn.Linear):
-        return kernels.Projection(FLOAT, linear.weight, None, linear.bias)
+        return kernels.Projection(ProjectionKind.FLOAT, linear.weight, None, linear.bias)
     form = getattr(linear, "projection", None)
     return None if form is None else form(kernels)  # type: ignore[no-any-return]

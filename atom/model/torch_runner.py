@@ -16,8 +16,8 @@ from atom.model.attention import (
     PrefillSlice,
     StepMeta,
 )
-from atom.model.grammar import GrammarMatchers
 from atom.model.logits import RowContext, process
+from atom.model.matchers import GrammarMatchers
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 from atom.model.sampler import prompt_logprobs, sample
 

@@ -22,12 +22,18 @@ from atom.events import (
     ToolCallStarted,
 )
 from atom.plan import RequestPlan
-from atom.text.choice import ChoiceText
+from atom.text.choice_text import ChoiceText
 from atom.text.detokenizer import Decoder
 from atom.text.parsers import plan_formats
 from atom.text.reasoning.base import ReasoningFormat, ReasoningStream
-from atom.text.tools.base import ContentDelta, ToolCallStart, ToolDelta, ToolFormat, ToolStream
-from atom.text.tools.base import ToolArgumentsDelta as ArgsDelta
+from atom.text.tools.base import (
+    ArgumentsDelta,
+    ContentDelta,
+    ToolCallStart,
+    ToolDelta,
+    ToolFormat,
+    ToolStream,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,7 +138,7 @@ class ChoicePipeline:
     def _tool_event(self, delta: ToolDelta) -> Event:
         if isinstance(delta, ToolCallStart):
             return self._event(ToolCallStarted, index=delta.index, id=delta.id, name=delta.name)
-        assert isinstance(delta, ArgsDelta)
+        assert isinstance(delta, ArgumentsDelta)
         return self._event(ToolArgumentsDelta, index=delta.index, text=delta.text)
 
     def _finished(self, reason: FinishReason) -> ChoiceFinished:

@@ -10,7 +10,7 @@ from transformers import LlamaConfig, Qwen2Config
 
 from atom.model.int4 import Int4Linear, quantize_blocks
 from atom.model.int8 import Int8Linear
-from atom.model.lean import lean_model
+from atom.model.llama_forward import own_forward
 from atom.model.loader import default_model_path
 from atom.model.quantization import quantize
 from tests.model.tiny import cpu_ops, tiny_model
@@ -105,7 +105,7 @@ def test_int4_model_of_q4_1_weights_stays_close_to_float(config_cls: type) -> No
 
 
 def test_quantize_int4_keeps_the_output_projection_int8() -> None:
-    model = lean_model(tiny_model(LlamaConfig), "atom")
+    model = own_forward(tiny_model(LlamaConfig), "atom")
     quantize(model, "int4", "cpu", kernels=cpu_ops())
     assert isinstance(model.lm_head, Int8Linear)
     assert sum(isinstance(m, Int4Linear) for m in model.modules()) == 2 * 4

@@ -12,7 +12,7 @@ from transformers import LlamaConfig
 from atom.config import Settings
 from atom.model.int8 import Int8Linear
 from atom.model.kernels import load_cpu_ops
-from atom.model.lean import lean_model
+from atom.model.llama_forward import own_forward
 from atom.model.quantization import quantize
 from tests.model.tiny import tiny_model
 
@@ -44,7 +44,7 @@ def test_a_row_gets_the_same_output_alone_and_among_many(kernel: bool) -> None:
 
 @pytest.mark.parametrize(("impl", "linears"), [("transformers", 2 * 7 + 1), ("atom", 2 * 4 + 1)])
 def test_quantize_replaces_every_linear(impl: str, linears: int) -> None:
-    model = lean_model(tiny_model(LlamaConfig), impl)
+    model = own_forward(tiny_model(LlamaConfig), impl)
     quantize(model, "int8", "cpu")
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     assert sum(isinstance(m, Int8Linear) for m in model.modules()) == linears

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, Qwen2Config
 
 from atom.events import SamplingParams
-from atom.model.lean import LeanCausalLM
+from atom.model.llama_forward import LlamaForward
 from atom.model.quantization import quantize
 from atom.model.runner import SeqChunk, StepPlan
 from tests.model.tiny import BLOCK, cpu_ops, torch_runner
@@ -38,7 +38,7 @@ def test_decode_stack_equals_the_python_layers(
 ) -> None:
     runner = torch_runner(config_cls, cpp=True, impl="atom")
     model = runner.model
-    assert isinstance(model, LeanCausalLM)
+    assert isinstance(model, LlamaForward)
     if method is not None:
         quantize(model, method, "cpu", kernels=cpu_ops())
     prompts = [tuple(range(3 + i, 8 + 2 * i)) for i in range(batch)]

@@ -13,7 +13,7 @@ from atom.config import Settings
 from atom.events import SamplingParams, Submit
 from atom.model.kernels import load_cpu_ops
 from atom.model.kv_cache import KVCacheManager
-from atom.model.lean import lean_model
+from atom.model.llama_forward import own_forward
 from atom.model.runner import Runner
 from atom.model.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
@@ -58,7 +58,7 @@ def torch_runner(
     fused small operators of ATOM's forward)."""
     kernels = cpu_ops() if cpp else None
     return TorchRunner(
-        lean_model(tiny_model(config_cls, **overrides), impl, kernels=kernels),
+        own_forward(tiny_model(config_cls, **overrides), impl, kernels=kernels),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=num_blocks,

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from atom.events import FinishReason, SamplingParams
-from atom.text.choice import ChoiceText
+from atom.text.choice_text import ChoiceText
 from atom.text.detokenizer import IncrementalDetokenizer
 
 TEXTS = [

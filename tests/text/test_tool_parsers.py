@@ -10,9 +10,9 @@ import pytest
 
 from atom.text.parsers import tool_format
 from atom.text.tools.base import (
+    ArgumentsDelta,
     ContentDelta,
     ParsedTools,
-    ToolArgumentsDelta,
     ToolCallStart,
     ToolDelta,
     ToolStream,
@@ -81,7 +81,7 @@ def run_stream(name: str, pieces: list[str]) -> ParsedTools:
         elif isinstance(d, ToolCallStart):
             assert d.index not in calls  # a call starts once, with its name
             calls[d.index] = [d.id, d.name, ""]
-        elif isinstance(d, ToolArgumentsDelta):
+        elif isinstance(d, ArgumentsDelta):
             calls[d.index][2] += d.text
     from atom.text.tools.base import ToolCall
 

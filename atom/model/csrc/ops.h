@@ -34,7 +34,7 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// Every decoder layer of ATOM's Llama-family forward (atom/model/lean.py) for decode
+// Every decoder layer of ATOM's Llama-family forward (atom/model/llama_forward.py) for decode
 // steps of up to 4 tokens, run in one call: the same kernels, in the same order, as
 // the Python layer, without ~40 Python-level calls a layer.
 class DecodeStack {

@@ -63,12 +63,12 @@ class ToolCallStart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolArgumentsDelta:
+class ArgumentsDelta:
     index: int
     text: str
 
 
-ToolDelta = ContentDelta | ToolCallStart | ToolArgumentsDelta
+ToolDelta = ContentDelta | ToolCallStart | ArgumentsDelta
 
 
 def scan_blocks(
@@ -153,7 +153,7 @@ class ToolStream:
                 out.append(ToolCallStart(index=i, id=call_id(self.id_seed, i), name=call.name))
                 self._args_len.append(0)
             if len(call.arguments) > self._args_len[i]:
-                out.append(ToolArgumentsDelta(index=i, text=call.arguments[self._args_len[i] :]))
+                out.append(ArgumentsDelta(index=i, text=call.arguments[self._args_len[i] :]))
                 self._args_len[i] = len(call.arguments)
         return out
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import transformers
 
-from atom.model.lean import LeanCausalLM, lean_model, unsupported_reason
+from atom.model.llama_forward import LlamaForward, own_forward, unsupported_reason
 from tests.model.tiny import PROMPTS, generate, run_all, tiny_model, torch_runner
 
 
@@ -25,16 +25,16 @@ from tests.model.tiny import PROMPTS, generate, run_all, tiny_model, torch_runne
 def test_unsupported_reason(name: str, overrides: dict[str, Any], reason: str | None) -> None:
     model = tiny_model(getattr(transformers, name), **overrides)
     assert unsupported_reason(model) == reason
-    assert isinstance(lean_model(model, "auto"), LeanCausalLM) == (reason is None)
-    assert lean_model(model, "transformers") is model
+    assert isinstance(own_forward(model, "auto"), LlamaForward) == (reason is None)
+    assert own_forward(model, "transformers") is model
     if reason is not None:
         with pytest.raises(ValueError, match="cannot run this model"):
-            lean_model(model, "atom")
+            own_forward(model, "atom")
 
 
 def test_unknown_implementation_is_refused() -> None:
     with pytest.raises(ValueError, match="model-impl"):
-        lean_model(tiny_model(transformers.LlamaConfig), "vllm")
+        own_forward(tiny_model(transformers.LlamaConfig), "vllm")
 
 
 def test_mistral_without_window_matches_generate() -> None:

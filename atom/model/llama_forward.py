@@ -58,7 +58,7 @@ def unsupported_reason(model: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class LeanOutput:
+class ForwardOutput:
     logits: torch.Tensor  # [1, kept rows, vocab], as transformers' output
 
 
@@ -78,7 +78,7 @@ def _fuse(projections: list[nn.Linear]) -> nn.Linear:
     return fused
 
 
-class LeanLayer(nn.Module):
+class LlamaLayer(nn.Module):
     def __init__(self, layer: Any, layer_idx: int, config: Any, ops: Any) -> None:
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
@@ -86,7 +86,7 @@ class LeanLayer(nn.Module):
         self.num_heads = int(config.num_attention_heads)
         self.num_kv_heads = int(config.num_key_value_heads)
         self.head_dim = int(attn.head_dim)
-        self.how = Scoring(scale=float(attn.scaling))
+        self.scoring = Scoring(scale=float(attn.scaling))
         self.input_layernorm = layer.input_layernorm
         self.post_attention_layernorm = layer.post_attention_layernorm
         self.qkv_proj = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
@@ -113,7 +113,7 @@ class LeanLayer(nn.Module):
             qkv, cos, sin, k_cache, v_cache, step_meta.write_slots, heads, self.num_kv_heads
         )
         q = qkv.view(tokens, -1, self.head_dim)[:, :heads]
-        out = attend_written(q, k_cache, v_cache, step_meta, self.how)
+        out = attend_written(q, k_cache, v_cache, step_meta, self.scoring)
         norm = self.post_attention_layernorm
         h = ops.add_rms_norm(
             x, self.o_proj(out.reshape(tokens, -1)), norm.weight, norm.variance_epsilon
@@ -121,7 +121,7 @@ class LeanLayer(nn.Module):
         return self.down_proj(ops.silu_mul(self.gate_up_proj(h)))  # type: ignore[no-any-return]
 
 
-class LeanCausalLM(nn.Module):
+class LlamaForward(nn.Module):
     """Takes over `model`'s embeddings, norms, rotary module and (fused) projections;
     `ops` runs the small operators (`TorchOps`, or the CPU kernels module)."""
 
@@ -132,7 +132,7 @@ class LeanCausalLM(nn.Module):
         self.embed_tokens = inner.embed_tokens
         self.rotary_emb = inner.rotary_emb
         self.layers = nn.ModuleList(
-            LeanLayer(layer, i, model.config, ops) for i, layer in enumerate(inner.layers)
+            LlamaLayer(layer, i, model.config, ops) for i, layer in enumerate(inner.layers)
         )
         self.norm = inner.norm
         self.lm_head = model.lm_head
@@ -166,7 +166,7 @@ class LeanCausalLM(nn.Module):
         logits_to_keep: torch.Tensor,
         step_meta: StepMeta,
         **_: object,
-    ) -> LeanOutput:
+    ) -> ForwardOutput:
         """The runner's call: input_ids/position_ids [1, tokens]; logits of the kept rows."""
         x = self.embed_tokens(input_ids[0])
         cos, sin = self.rotary_emb(x, position_ids)
@@ -180,10 +180,10 @@ class LeanCausalLM(nn.Module):
                 delta = layer(x, delta, cos, sin, step_meta)
         h = self.ops.add_rms_norm(x, delta, self.norm.weight, self.norm.variance_epsilon)
         logits = self.lm_head(h[logits_to_keep])
-        return LeanOutput(logits=logits.unsqueeze(0))
+        return ForwardOutput(logits=logits.unsqueeze(0))
 
 
-def lean_model(model: Any, implementation: str, kernels: Any = None) -> Any:
+def own_forward(model: Any, implementation: str, kernels: Any = None) -> Any:
     """`model` itself, or the ATOM forward over its weights, per `--model-impl`
     (`kernels`: the CPU kernels module for its small operators; None: torch's)."""
     if implementation not in IMPLEMENTATIONS:
@@ -194,7 +194,7 @@ def lean_model(model: Any, implementation: str, kernels: Any = None) -> Any:
         return model
     reason = unsupported_reason(model)
     if reason is None:
-        return LeanCausalLM(model, kernels or TorchOps).eval()
+        return LlamaForward(model, kernels or TorchOps).eval()
     if implementation == "atom":
         raise ValueError(f"--model-impl atom cannot run this model: {reason}")
     return model

@@ -1,0 +1,45 @@
+"""ASGI framing of a generation response: the renderer's Outputs as http.response
+messages. The first Output fixes the status and headers; an Output that is the whole
+body also gets its Content-Length (HTTP/1.0 clients need it)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from atom.wire import Output
+
+ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class AsgiResponder:
+    """Owns ASGI `send` for one response; `respond` is what the request actor calls."""
+
+    def __init__(self, send: ASGISend) -> None:
+        self._send = send
+        self._has_headers = False
+
+    async def respond(self, output: Output) -> None:
+        if not self._has_headers:
+            self._has_headers = True
+            await self._send(
+                {
+                    "type": "http.response.start",
+                    "status": output.status,
+                    "headers": _headers(output),
+                }
+            )
+        await self._send(
+            {"type": "http.response.body", "body": output.body, "more_body": not output.is_final}
+        )
+
+
+def _headers(output: Output) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", output.content_type.encode())]
+    if output.content_type == "text/event-stream":
+        headers.append((b"cache-control", b"no-cache"))
+    if output.is_final:  # the whole body at once: HTTP/1.0 clients need its length
+        headers.append((b"content-length", str(len(output.body)).encode()))
+    if output.retry_after_s is not None:
+        headers.append((b"retry-after", str(output.retry_after_s).encode()))
+    return headers
