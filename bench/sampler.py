@@ -17,9 +17,9 @@ import torch
 from atom.config import Settings
 from atom.events import SamplingParams
 from atom.model.loader import load_runtime
-from atom.model.logits import RowContext, process
 from atom.model.runner import SeqChunk, StepPlan
-from atom.model.sampler import sample
+from atom.model.sampling.logits import RowContext, process
+from atom.model.sampling.sampler import sample
 
 HEAVY = SamplingParams(
     temperature=0.8,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atom.model.kernels import CSRC, SOURCES
+from atom.model.forward.kernels import CSRC, SOURCES
 
 ROOT = Path(__file__).parent.parent
 
@@ -25,5 +25,5 @@ def test_the_wheel_carries_the_kernel_sources_and_headers(tmp_path: Path) -> Non
     (wheel,) = tmp_path.glob("atom-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     needed = [*SOURCES, *CSRC.glob("*.h")]
-    missing = [p.name for p in needed if f"atom/model/csrc/{p.name}" not in names]
+    missing = [p.name for p in needed if f"atom/model/forward/csrc/{p.name}" not in names]
     assert not missing, f"the wheel lacks {missing}"

@@ -32,7 +32,7 @@ from atom.events import (
     TokensSampled,
 )
 from atom.model.runner import Runner
-from atom.model.scheduler import Scheduler, SeqOutput
+from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

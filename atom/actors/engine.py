@@ -25,9 +25,9 @@ from atom.actors.logger import RequestLogger
 from atom.config import Settings
 from atom.errors import EngineFailed
 from atom.metrics import Metrics
-from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Runtime
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 from atom.text.prompt import max_token_chars
 
 log = structlog.get_logger(__name__)

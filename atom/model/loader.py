@@ -143,9 +143,9 @@ def load_runtime(settings: Settings) -> Runtime:
     """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
     import torch
 
-    from atom.model.kernels import cpu_ops
-    from atom.model.llama_forward import own_forward
-    from atom.model.quantization import quantize
+    from atom.model.forward.kernels import cpu_ops
+    from atom.model.forward.llama_forward import own_forward
+    from atom.model.forward.quantization import quantize
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     device, dtype_name = _device_and_dtype(settings)

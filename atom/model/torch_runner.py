@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from atom.model.attention import (
+from atom.model.forward.attention import (
     ATTN_IMPLEMENTATION,
     DecodeGroup,
     DecodeKernel,
@@ -16,10 +16,10 @@ from atom.model.attention import (
     PrefillSlice,
     StepMeta,
 )
-from atom.model.logits import RowContext, process
-from atom.model.matchers import GrammarMatchers
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
-from atom.model.sampler import prompt_logprobs, sample
+from atom.model.sampling.logits import RowContext, process
+from atom.model.sampling.matchers import GrammarMatchers
+from atom.model.sampling.sampler import prompt_logprobs, sample
 
 
 def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:

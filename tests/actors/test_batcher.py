@@ -10,8 +10,8 @@ from atom.actors.outbox import Outbox
 from atom.errors import EngineFailed, Overloaded
 from atom.events import Abort, Envelope, RequestReleased, SamplingParams, Submit, TokensSampled
 from atom.model.fake_runner import FakeRunner
-from atom.model.kv_cache import KVCacheManager
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=100)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from atom.model.matchers import apply_bitmask
+from atom.model.sampling.matchers import apply_bitmask
 
 
 def test_bitmask_keeps_exactly_the_set_bits_and_nothing_past_the_vocabulary() -> None:
@@ -18,8 +18,8 @@ def test_bitmask_keeps_exactly_the_set_bits_and_nothing_past_the_vocabulary() ->
 
 def test_constraint_starts_after_the_reasoning_section(tokenizer) -> None:  # type: ignore[no-untyped-def]
     from atom.events import SamplingParams
-    from atom.model.matchers import GrammarMatchers
     from atom.model.runner import SeqChunk
+    from atom.model.sampling.matchers import GrammarMatchers
     from atom.text import constraints
 
     end = tuple(tokenizer.encode("</think>", add_special_tokens=False))

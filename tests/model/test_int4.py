@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.model.int4 import Int4Linear, quantize_blocks
-from atom.model.int8 import Int8Linear
-from atom.model.llama_forward import own_forward
+from atom.model.forward.int4 import Int4Linear, quantize_blocks
+from atom.model.forward.int8 import Int8Linear
+from atom.model.forward.llama_forward import own_forward
+from atom.model.forward.quantization import quantize
 from atom.model.loader import default_model_path
-from atom.model.quantization import quantize
 from tests.model.tiny import cpu_ops, tiny_model
 
 

@@ -10,10 +10,10 @@ import torch
 from transformers import LlamaConfig
 
 from atom.config import Settings
-from atom.model.int8 import Int8Linear
-from atom.model.kernels import load_cpu_ops
-from atom.model.llama_forward import own_forward
-from atom.model.quantization import quantize
+from atom.model.forward.int8 import Int8Linear
+from atom.model.forward.kernels import load_cpu_ops
+from atom.model.forward.llama_forward import own_forward
+from atom.model.forward.quantization import quantize
 from tests.model.tiny import tiny_model
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from atom.config import Settings
-from atom.model.attention import GatherDecode, KernelDecode, Scoring
-from atom.model.kernels import _drop_stale_lock, cpu_ops
-from atom.model.operators import TorchOps
+from atom.model.forward.attention import GatherDecode, KernelDecode, Scoring
+from atom.model.forward.kernels import _drop_stale_lock, cpu_ops
+from atom.model.forward.operators import TorchOps
 from tests.model.tiny import cpu_ops as built_ops
 
 

@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 from atom.events import SamplingParams, Submit
 from atom.model.fake_runner import FakeRunner
-from atom.model.kv_cache import KVCacheManager, block_hashes
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager, block_hashes
+from atom.model.scheduling.scheduler import Scheduler
 
 
 def test_hash_chain_depends_on_every_earlier_token_and_the_salt() -> None:

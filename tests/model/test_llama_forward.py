@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import transformers
 
-from atom.model.llama_forward import LlamaForward, own_forward, unsupported_reason
+from atom.model.forward.llama_forward import LlamaForward, own_forward, unsupported_reason
 from tests.model.tiny import PROMPTS, generate, run_all, tiny_model, torch_runner
 
 

@@ -8,8 +8,8 @@ import torch
 from transformers import LlamaConfig, Qwen2Config
 
 from atom.events import SamplingParams
-from atom.model.llama_forward import LlamaForward
-from atom.model.quantization import quantize
+from atom.model.forward.llama_forward import LlamaForward
+from atom.model.forward.quantization import quantize
 from atom.model.runner import SeqChunk, StepPlan
 from tests.model.tiny import BLOCK, cpu_ops, torch_runner
 

@@ -13,8 +13,8 @@ from transformers import LlamaConfig, Qwen2Config
 
 from atom.events import Submit
 from atom.model.fake_runner import FakeRunner
-from atom.model.kv_cache import KVCacheManager
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 from tests.model.tiny import BLOCK, GREEDY, PROMPTS, generate, run_all, tiny_model, torch_runner
 
 RUNNERS = {

@@ -7,8 +7,8 @@ import math
 import torch
 
 from atom.events import SamplingParams
-from atom.model.logits import RowContext, banned_ids, process
-from atom.model.sampler import candidates, gumbel_max, sample, truncate_sorted
+from atom.model.sampling.logits import RowContext, banned_ids, process
+from atom.model.sampling.sampler import candidates, gumbel_max, sample, truncate_sorted
 
 
 def gens(n: int, seed: int = 0) -> list[torch.Generator]:

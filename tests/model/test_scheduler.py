@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from atom.events import FinishReason, SamplingParams, Submit
-from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Sampled
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 
 EOS = 0
 

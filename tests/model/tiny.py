@@ -11,11 +11,11 @@ from transformers import AutoModelForCausalLM
 
 from atom.config import Settings
 from atom.events import SamplingParams, Submit
-from atom.model.kernels import load_cpu_ops
-from atom.model.kv_cache import KVCacheManager
-from atom.model.llama_forward import own_forward
+from atom.model.forward.kernels import load_cpu_ops
+from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner
-from atom.model.scheduler import Scheduler
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.model.kernels import ProjectionKind
+from atom.model.forward.kernels import ProjectionKind
 
 # From this many rows (prefill) widening the weights and one float GEMM beat the kernel
 # (one 576x1536 product here: 64 rows 1.8 vs 2.0 ms, 256 rows 7.1 vs 4.7 ms).

@@ -5,7 +5,7 @@ calls; on CPU at small batches that overhead, more than the weights, sets the de
 speed. This forward does the same arithmetic with q/k/v fused into one projection and
 gate/up into another, and its small operators (residual add + RMSNorm, rotary + the
 K/V cache write, SiLU·mul) each as one call of an `ops` object: the CPU kernels of
-`atom.model.kernels`, or `TorchOps` anywhere else. A decode layer on the kernels is
+`atom.model.forward.kernels`, or `TorchOps` anywhere else. A decode layer on the kernels is
 nine calls, and a decode step of a few tokens runs all layers in one call of the
 kernels' `DecodeStack` (docs/performance.md has the numbers).
 
@@ -22,14 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.attention import (
+from atom.model.forward.attention import (
     ATTN_IMPLEMENTATION,
     KernelDecode,
     Scoring,
     StepMeta,
     attend_written,
 )
-from atom.model.operators import DecodeStack, TorchOps, decode_stack
+from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 IMPLEMENTATIONS = ("auto", "atom", "transformers")

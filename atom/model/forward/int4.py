@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.int8 import Gemv
-from atom.model.kernels import ProjectionKind
+from atom.model.forward.int8 import Gemv
+from atom.model.forward.kernels import ProjectionKind
 
 BLOCK = 32
 BLOCK_BYTES = 20

@@ -8,7 +8,7 @@ KV slot of every new token and how to read each sequence back:
 - prefill slices (several new tokens): gather the sequence's slots, causal SDPA;
 - the decode group (one new token each), one call per layer whatever the batch:
   `KernelDecode` reads the cache in place through the block tables (the CPU
-  kernel in `atom.model.kernels`); `GatherDecode` does one padded gather and one
+  kernel in `atom.model.forward.kernels`); `GatherDecode` does one padded gather and one
   batched SDPA with a length mask (any device).
 
 Layers may ask for a sliding window (only the last `sliding_window` positions
@@ -27,7 +27,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 ATTN_IMPLEMENTATION = "atom_paged"
-DecodeKernel = Callable[..., torch.Tensor]  # the paged_decode CPU kernel (atom.model.kernels)
+DecodeKernel = Callable[
+    ..., torch.Tensor
+]  # the paged_decode CPU kernel (atom.model.forward.kernels)
 
 
 KERNEL_OFF = 0  # paged_decode's window and softcap arguments: 0 means none (csrc/ops.h)

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model import int4
-from atom.model.int8 import Int8Linear
+from atom.model.forward import int4
+from atom.model.forward.int8 import Int8Linear
 
 METHODS = ("int8", "int4")
 

@@ -1,4 +1,4 @@
-// ATOM's CPU kernels (float32 activations), built on first use by atom/model/kernels.py:
+// ATOM's CPU kernels (float32 activations), built on first use by atom/model/forward/kernels.py:
 // decode attention over the paged cache (attention.cpp), int8/int4-weight products for
 // a few rows (linear.cpp), the fused small operators of ATOM's forward (layer.cpp).
 // module.cpp binds them to Python.
@@ -34,7 +34,7 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// Every decoder layer of ATOM's Llama-family forward (atom/model/llama_forward.py) for decode
+// Every decoder layer of ATOM's Llama-family forward (atom/model/forward/llama_forward.py) for decode
 // steps of up to 4 tokens, run in one call: the same kernels, in the same order, as
 // the Python layer, without ~40 Python-level calls a layer.
 class DecodeStack {

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atom.events import FinishReason, SamplingParams, Submit, TokenLogprobs
-from atom.model.kv_cache import KVCacheManager
 from atom.model.runner import Sampled, SeqChunk, StepPlan
+from atom.model.scheduling.kv_cache import KVCacheManager
 
 
 @dataclass(slots=True, kw_only=True)

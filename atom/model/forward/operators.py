@@ -1,8 +1,8 @@
-"""The small operators of ATOM's own forward (`atom.model.llama_forward`), and its one-call
+"""The small operators of ATOM's own forward (`atom.model.forward.llama_forward`), and its one-call
 decode path.
 
 `TorchOps` writes each operator with torch's own (any device and dtype); the CPU
-kernels module (`atom.model.kernels`) has the same three functions as single calls.
+kernels module (`atom.model.forward.kernels`) has the same three functions as single calls.
 `DecodeStack` runs every layer of a kernel decode step in one call of the kernels.
 """
 
@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.model.attention import KernelDecode, StepMeta
-from atom.model.kernels import ProjectionKind
+from atom.model.forward.attention import KernelDecode, StepMeta
+from atom.model.forward.kernels import ProjectionKind
 
 STACK_ROWS = 4  # decode steps of up to this many tokens run as one DecodeStack call
 
 
 class TorchOps:
     """The fused operators of a layer written with torch's own (any device and dtype).
-    `atom.model.kernels` provides the same three functions as single CPU calls."""
+    `atom.model.forward.kernels` provides the same three functions as single CPU calls."""
 
     @staticmethod
     def add_rms_norm(

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-// The small per-layer operators of ATOM's own forward (atom/model/llama_forward.py), fused so a
+// The small per-layer operators of ATOM's own forward (atom/model/forward/llama_forward.py), fused so a
 // decode layer is a handful of calls instead of ~60: torch runs each as several
 // operators of a few microseconds each, which at batch 1 cost as much as the weights.
 namespace {

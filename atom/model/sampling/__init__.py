@@ -1,0 +1,2 @@
+"""From logits to tokens: the logits processors, the sampler and the structured-output
+matchers."""
