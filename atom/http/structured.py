@@ -36,29 +36,18 @@ def constraint_of(body: SamplingBody) -> str | None:
 def _structured(body: SamplingBody) -> str:
     so = body.structured_outputs
     assert so is not None
-    given = [
-        (name, value)
-        for name, value in (
-            ("json", so.json_spec),
-            ("regex", so.regex),
-            ("choice", so.choice),
-            ("grammar", so.grammar),
-            ("json_object", so.json_object or None),
-        )
-        if value is not None
-    ]
-    if len(given) != 1:
+    given = (so.json_spec, so.regex, so.choice, so.grammar, so.json_object or None)
+    if sum(value is not None for value in given) != 1:
         raise InvalidRequest(
             "structured_outputs takes exactly one of json, regex, choice, grammar, json_object",
             param="structured_outputs",
         )
-    name, value = given[0]
-    if name == "json":
-        return constraints.json_schema(value)  # type: ignore[arg-type]
-    if name == "regex":
-        return constraints.regex(value)  # type: ignore[arg-type]
-    if name == "choice":
-        return constraints.choice(value)  # type: ignore[arg-type]
-    if name == "grammar":
-        return constraints.grammar(value)  # type: ignore[arg-type]
+    if so.json_spec is not None:
+        return constraints.json_schema(so.json_spec)
+    if so.regex is not None:
+        return constraints.regex(so.regex)
+    if so.choice is not None:
+        return constraints.choice(so.choice)
+    if so.grammar is not None:
+        return constraints.grammar(so.grammar)
     return constraints.json_object()

@@ -16,6 +16,7 @@ from atom.replay import project, reparse
 from atom.request_log import read_log
 from tests.e2e.conftest import Server
 from tests.replay_mix import Q, response_id, send_mix
+from tests.weather import WEATHER
 
 pytestmark = pytest.mark.slow
 
@@ -40,17 +41,6 @@ async def test_replay_of_the_live_log_is_byte_identical(server: Server) -> None:
     assert {ClientDisconnected, RequestAborted} <= kinds
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 PLANNED: list[tuple[str, dict[str, Any]]] = [
     ("/v1/chat/completions", {"messages": Q, "tools": [WEATHER], "tool_choice": "required"}),
     (
