@@ -206,6 +206,7 @@ class ChoiceFinished(RequestEvent):
     finish_reason: FinishReason
     num_tokens: int
     num_reasoning_tokens: int | None = None  # with a reasoning parser
+    stop_string: str | None = None  # the stop string that ended it (Anthropic's stop_sequence)
 
 
 @_tagged("request_completed")

@@ -17,6 +17,7 @@ from typing import Any
 class Endpoint(StrEnum):
     CHAT = "chat.completions"
     COMPLETIONS = "completions"
+    MESSAGES = "messages"  # Anthropic's Messages API
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,8 +27,8 @@ from atom.events import (
     ToolCallStarted,
 )
 from atom.legacy import plan_of, with_params
+from atom.renderers import Renderer, renderer_for
 from atom.text.pipeline import ChoicePipeline, pipeline_for
-from atom.wire import BodyRenderer, StreamRenderer, renderer_for
 
 
 @dataclass(slots=True, kw_only=True)
@@ -41,7 +41,7 @@ class ReplayedResponse:
     body: bytearray = field(default_factory=bytearray)
     is_complete: bool = False
 
-    def feed(self, renderer: StreamRenderer | BodyRenderer, event: Event) -> None:
+    def feed(self, renderer: Renderer, event: Event) -> None:
         output = renderer.feed(event)
         if output is None:
             return
@@ -53,7 +53,7 @@ class ReplayedResponse:
 
 def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
     """One response per logged generation request, in arrival order."""
-    renderers: dict[str, StreamRenderer | BodyRenderer] = {}
+    renderers: dict[str, Renderer] = {}
     responses: dict[str, ReplayedResponse] = {}
     for envelope in envelopes:
         event = envelope.event

@@ -69,11 +69,6 @@ def error_output(failed: RequestFailed) -> Output:
     )
 
 
-def renderer_for(received: RequestReceived, shape: ResponseShape) -> StreamRenderer | BodyRenderer:
-    """The renderer of one response: `shape` is the request's plan's (atom/plan.py)."""
-    return StreamRenderer(received, shape) if shape.stream else BodyRenderer(received, shape)
-
-
 class StreamRenderer:
     """Server-sent events: a chunk per delta, a usage chunk if asked, then [DONE]."""
 

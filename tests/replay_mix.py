@@ -39,11 +39,12 @@ MIX: list[tuple[str, dict[str, Any]]] = [
 
 
 def response_id(raw: bytes) -> str:
+    """The id of a response: a JSON body, OpenAI's SSE chunks or Anthropic's events."""
     text = raw.decode()
     start = text.find("{")
-    return str(
-        json.loads(text[start : text.index("\n") if text.startswith("data:") else None])["id"]
-    )
+    is_stream = text.startswith(("data:", "event:"))
+    first = json.loads(text[start : text.index("\n", start) if is_stream else None])
+    return str(first["message"]["id"] if "message" in first else first["id"])
 
 
 async def send_mix(client: httpx.AsyncClient) -> dict[str, bytes]:

@@ -22,6 +22,8 @@ FORBIDDEN = {
     "replay": {"atom.http"},
     "metrics": {"atom.http"},
     "wire": {"atom.http", "atom.actors", "atom.model"},
+    "wire_anthropic": {"atom.http", "atom.actors", "atom.model"},
+    "renderers": {"atom.http", "atom.actors", "atom.model"},
     "usage": {"atom.http", "atom.actors", "atom.model", "atom.text"},
     "legacy": {"atom.http", "atom.actors", "atom.model", "atom.text"},
     # HTTP reaches the engine through Engine and RequestActor only, and never a tensor;
@@ -82,6 +84,7 @@ TORCH_FREE = [
     "atom.plan",
     "atom.events",
     "atom.wire",
+    "atom.wire_anthropic",
     "atom.replay",
     "atom.text.pipeline",
     "atom.http.schemas",

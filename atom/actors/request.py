@@ -37,9 +37,10 @@ from atom.events import (
     TokensSampled,
 )
 from atom.plan import RequestPlan
+from atom.renderers import renderer_for
 from atom.text.pipeline import pipeline_for
 from atom.usage import RequestUsage
-from atom.wire import Output, renderer_for
+from atom.wire import Output
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -57,12 +57,13 @@ class AtomApp:
         try:
             raw = await read_body(receive, timeout_s=self.engine.settings.body_timeout)
         except AtomError as error:
-            await send_error(send, error)
+            await send_error(send, error, scope["path"])
             return
         if raw is None:
             return  # the client left
         if scope["path"] in ROUTES:
-            await send_error(send, MethodNotAllowed(f"use POST for {scope['path']}"))
+            refused = MethodNotAllowed(f"use POST for {scope['path']}")
+            await send_error(send, refused, scope["path"])
             return
         await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
 
@@ -120,5 +121,5 @@ def create_app(
 
 
 def json_error(error: AtomError) -> Response:
-    status, body = error_bytes(error)
+    status, body = error_bytes(error, request.path)
     return Response(body, status=status, headers=dict(error_headers(error)))

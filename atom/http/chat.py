@@ -25,7 +25,7 @@ from atom.text import constraints
 from atom.text.parsers import reasoning_format, tool_format
 from atom.text.prompt import render_chat
 
-ID_PREFIX = "chatcmpl"
+ID_PREFIX = "chatcmpl-"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +95,14 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
     )
     request_plan = RequestPlan(shape=shape, text=text, params=params)
     return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
+
+
+def prompt_ids(
+    settings: Settings, core: EngineCore, body: ChatCompletionRequest
+) -> tuple[int, ...]:
+    """The prompt the template renders for this body, tools included (count_tokens)."""
+    ids: tuple[int, ...] = _render(core.tokenizer, body, _tools(settings, body)).ids
+    return ids
 
 
 def _render(tokenizer: Any, body: ChatCompletionRequest, tools: _Tools) -> Any:

@@ -20,7 +20,7 @@ from atom.http.structured import constraint_of
 from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan
 from atom.text.prompt import encode_text
 
-ID_PREFIX = "cmpl"
+ID_PREFIX = "cmpl-"
 
 
 def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Planned:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 from atom.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
 from atom.wire import dumps
+from atom.wire_anthropic import error_body as anthropic_error_body
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -63,7 +64,11 @@ def check_extras(body: BaseModel, *, prefix: str = "") -> None:
             )
 
 
-def error_bytes(error: AtomError) -> tuple[int, bytes]:
+def error_bytes(error: AtomError, path: str) -> tuple[int, bytes]:
+    """The error body in the shape of the API `path` belongs to: Anthropic's under
+    /v1/messages, OpenAI's everywhere else."""
+    if path.startswith("/v1/messages"):
+        return error.status, dumps(anthropic_error_body(error.status, error.message))
     return error.status, dumps(error.body())
 
 

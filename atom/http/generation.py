@@ -19,17 +19,22 @@ from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.config import Settings
 from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
 from atom.events import RequestReceived, Submit
-from atom.http import chat, completions
+from atom.http import chat, completions, messages
 from atom.http.adapter import Planned
+from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend
 from atom.http.body import decode_json, read_body
 from atom.http.errors import error_bytes, error_headers, parse
-from atom.http.schemas import ChatCompletionRequest, CompletionRequest, SamplingBody
+from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
 from atom.plan import Endpoint
 
-B = TypeVar("B", bound=SamplingBody)
+B = TypeVar("B", bound=RoutedBody)
 
-ROUTES = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+ROUTES = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/messages": Endpoint.MESSAGES,
+}
 
 
 async def serve_generation(
@@ -43,15 +48,15 @@ async def serve_generation(
         # Templates, tokenization and grammar validation run off the event loop.
         request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
     except AtomError as error:
-        await send_error(send, error)
+        await send_error(send, error, scope["path"])
         return
     assert engine.core is not None
     respond = AsgiResponder(send).respond
     await RequestActor(engine.core, request, receive=receive, respond=respond).run()
 
 
-async def send_error(send: ASGISend, error: AtomError) -> None:
-    status, body = error_bytes(error)
+async def send_error(send: ASGISend, error: AtomError, path: str) -> None:
+    status, body = error_bytes(error, path)
     headers = {**error_headers(error), "content-length": str(len(body))}
     raw_headers = [(name.encode(), value.encode()) for name, value in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
@@ -73,7 +78,7 @@ class Adapter(Generic[B]):
         core = ready_core(engine)
         model = check_model(engine, body.model)
         planned = self.plan(engine.settings, core, body)
-        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        request_id = self.id_prefix + uuid.uuid4().hex
         received = RequestReceived(
             request_id=request_id,
             endpoint=endpoint,
@@ -96,6 +101,7 @@ class Adapter(Generic[B]):
 ADAPTERS: dict[Endpoint, Adapter[Any]] = {
     Endpoint.CHAT: Adapter(ChatCompletionRequest, chat.ID_PREFIX, chat.plan),
     Endpoint.COMPLETIONS: Adapter(CompletionRequest, completions.ID_PREFIX, completions.plan),
+    Endpoint.MESSAGES: Adapter(MessagesRequest, messages.ID_PREFIX, messages.plan),
 }
 
 

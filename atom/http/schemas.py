@@ -151,10 +151,15 @@ class StructuredOutputs(_Body):
     json_object: bool | None = None
 
 
-class SamplingBody(_Body):
-    """The fields chat and completions share (each endpoint adds its own)."""
+class RoutedBody(_Body):
+    """A body the server routes by its `model` (every generation API's)."""
 
     model: str | None = None
+
+
+class SamplingBody(RoutedBody):
+    """The fields chat and completions share (each endpoint adds its own)."""
+
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)

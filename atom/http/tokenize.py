@@ -1,4 +1,5 @@
-"""vLLM-style /tokenize and /detokenize."""
+"""Token counting routes: vLLM-style /tokenize and /detokenize, and Anthropic's
+/v1/messages/count_tokens."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from quart_trio import QuartTrio
 from atom.actors.engine import Engine, EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
+from atom.http import messages
+from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import decode_json
 from atom.http.chat import default_template_kwargs
 from atom.http.errors import parse
@@ -31,6 +34,14 @@ def register(app: QuartTrio, engine: Engine) -> None:
         ids = await trio.to_thread.run_sync(_token_ids, engine.settings, core, body)
         result = {"tokens": list(ids), "count": len(ids), "max_model_len": core.max_model_len}
         return Response(dumps(result), content_type="application/json")
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens() -> Response:
+        body = parse(CountTokensRequest, await _json())
+        core = ready_core(engine)
+        check_model(engine, body.model)
+        ids = await trio.to_thread.run_sync(messages.prompt_ids, engine.settings, core, body)
+        return Response(dumps({"input_tokens": len(ids)}), content_type="application/json")
 
     @app.post("/detokenize")
     async def detokenize() -> Response:

@@ -17,7 +17,7 @@ from atom.text.stop import StopMatcher
 class ChoiceUpdate:
     text: str
     finish_reason: FinishReason | None
-    is_stopped_by_string: bool = False
+    stop_string: str | None = None  # the stop string that ended the choice
     logprobs: tuple[TokenText, ...] | None = None
 
 
@@ -61,7 +61,7 @@ class ChoiceText:
         if result.is_stopped:
             self.finish_reason = FinishReason.STOP
             return ChoiceUpdate(
-                text=result.text, finish_reason=FinishReason.STOP, is_stopped_by_string=True,
+                text=result.text, finish_reason=FinishReason.STOP, stop_string=result.stop,
                 logprobs=texts,
             )  # fmt: skip
         if finish_reason is not None:

@@ -91,7 +91,11 @@ class ChoicePipeline:
         )
         self._is_first = True
         self._num_reasoning_tokens = 0
-        self.is_stopped_by_string = False
+        self._stop_string: str | None = None
+
+    @property
+    def is_stopped_by_string(self) -> bool:
+        return self._stop_string is not None
 
     @property
     def is_finished(self) -> bool:
@@ -109,7 +113,7 @@ class ChoicePipeline:
             update.text, update.logprobs, is_last=update.finish_reason is not None
         )
         if update.finish_reason is not None:
-            self.is_stopped_by_string = update.is_stopped_by_string
+            self._stop_string = update.stop_string
             events.append(self._finished(update.finish_reason))
         return events
 
@@ -151,6 +155,7 @@ class ChoicePipeline:
             finish_reason=reason,
             num_tokens=self._text.num_tokens,
             num_reasoning_tokens=self._num_reasoning_tokens if self._reasoning else None,
+            stop_string=self._stop_string,
         )
 
     def _prompt_events(self, first: TokensSampled) -> list[Event]:

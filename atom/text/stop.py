@@ -10,6 +10,7 @@ from dataclasses import dataclass
 class StopResult:
     text: str  # safe to emit now
     is_stopped: bool  # a stop string was found; nothing after it is ever emitted
+    stop: str | None = None  # the stop string found
 
 
 class StopMatcher:
@@ -31,7 +32,8 @@ class StopMatcher:
             self.is_stopped = True
             self._held = ""
             start, end = hit
-            return StopResult(text=buffer[: end if self._include_stop else start], is_stopped=True)
+            kept = buffer[: end if self._include_stop else start]
+            return StopResult(text=kept, is_stopped=True, stop=buffer[start:end])
         keep = self._partial_suffix_len(buffer)
         self._held = buffer[len(buffer) - keep :] if keep else ""
         return StopResult(text=buffer[: len(buffer) - keep], is_stopped=False)

@@ -56,6 +56,16 @@ PLANNED: list[tuple[str, dict[str, Any]]] = [
     ("/v1/completions", {"prompt": ["Paris is", "Rome is"], "prompt_logprobs": 1, "n": 2}),
     ("/v1/completions", {"prompt": "Once upon a time", "best_of": 3, "temperature": 0.8}),
     ("/v1/chat/completions", {"messages": Q, "n": 2, "logprobs": True, "top_logprobs": 2}),
+    ("/v1/messages", {"messages": Q, "stop_sequences": [" is"]}),
+    (
+        "/v1/messages",
+        {
+            "messages": Q,
+            "tools": [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
+            "tool_choice": {"type": "any"},
+            "stream": True,
+        },
+    ),
 ]
 
 
@@ -68,7 +78,8 @@ async def test_every_plan_replays_byte_identical_and_rebuilt_through_the_pipelin
     received: dict[str, bytes] = {}
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
         for path, body in PLANNED:
-            r = await client.post(path, json={"max_tokens": 12, "seed": 3, **body})
+            seeded = {} if path == "/v1/messages" else {"seed": 3}  # Anthropic has no seed
+            r = await client.post(path, json={"max_tokens": 12, **seeded, **body})
             assert r.status_code == 200, r.text
             received[response_id(r.content)] = r.content
     await trio.sleep(0.5)  # the logger flushes after each burst

@@ -44,7 +44,7 @@ def test_choice_text_stops_on_string_and_counts_tokens(tokenizer: Any) -> None:
             break
     assert "".join(texts) == "one two"
     assert choice.finish_reason is FinishReason.STOP
-    assert update.is_stopped_by_string
+    assert update.stop_string == " three"
     assert choice.num_tokens == 3
 
 

@@ -1,0 +1,126 @@
+"""/v1/messages (Anthropic's Messages API): the validated body → the request's plan.
+
+An Anthropic conversation is a chat conversation in other words: the body is
+translated into the chat body it means (system prompt, tool results as tool
+messages, tool_use blocks as tool calls, `tool_choice` any/tool as required/named,
+`thinking` as the template's `enable_thinking`) and planned by atom/http/chat.py;
+only the response shape differs (atom/wire_anthropic.py renders it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from atom.actors.engine import EngineCore
+from atom.config import Settings
+from atom.errors import InvalidRequest
+from atom.http import chat
+from atom.http.adapter import Planned
+from atom.http.anthropic_schemas import (
+    CountTokensRequest,
+    ImageBlock,
+    Message,
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from atom.http.errors import parse
+from atom.http.schemas import ChatCompletionRequest
+from atom.plan import Endpoint
+
+ID_PREFIX = "msg_"
+
+
+def plan(settings: Settings, core: EngineCore, body: MessagesRequest) -> Planned:
+    """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
+    sampling: dict[str, Any] = {"max_tokens": body.max_tokens, "stream": body.stream}
+    if body.stop_sequences:
+        sampling["stop"] = body.stop_sequences
+    knobs = (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
+    sampling.update((name, value) for name, value in knobs if value is not None)
+    chat_body = parse(ChatCompletionRequest, {**as_chat(body), **sampling})
+    planned = chat.plan(settings, core, chat_body)
+    shape = replace(planned.plan.shape, endpoint=Endpoint.MESSAGES)
+    return replace(planned, plan=replace(planned.plan, shape=shape))
+
+
+def prompt_ids(settings: Settings, core: EngineCore, body: CountTokensRequest) -> tuple[int, ...]:
+    """The prompt `/v1/messages` would render for this conversation, tools included."""
+    chat_body = parse(ChatCompletionRequest, as_chat(body))
+    return chat.prompt_ids(settings, core, chat_body)
+
+
+def as_chat(body: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
+    """The chat body (messages, tools, tool_choice, template kwargs) this body means."""
+    messages: list[dict[str, Any]] = []
+    if body.system:
+        system = body.system
+        text = system if isinstance(system, str) else "".join(b.text for b in system)
+        messages.append({"role": "system", "content": text})
+    for m_idx, message in enumerate(body.messages):
+        messages += _chat_messages(m_idx, message)
+    out: dict[str, Any] = {"messages": messages}
+    if body.tools:
+        out["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "parameters": t.input_schema,
+                    **({"description": t.description} if t.description else {}),
+                },
+            }
+            for t in body.tools
+        ]
+    if body.tool_choice is not None:
+        out.update(_tool_choice(body.tool_choice.type, body.tool_choice.name))
+        if body.tool_choice.disable_parallel_tool_use:
+            out["parallel_tool_calls"] = False
+    if body.thinking is not None:
+        out["chat_template_kwargs"] = {"enable_thinking": body.thinking.type == "enabled"}
+    return out
+
+
+def _tool_choice(kind: str, name: str | None) -> dict[str, Any]:
+    if kind == "tool":
+        if not name:
+            raise InvalidRequest("tool_choice of type tool needs a name", param="tool_choice")
+        return {"tool_choice": {"type": "function", "function": {"name": name}}}
+    return {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}[kind]}
+
+
+def _chat_messages(m_idx: int, message: Message) -> list[dict[str, Any]]:
+    """One Anthropic message as chat messages: a user turn's tool results become tool
+    messages (before its text); an assistant turn's tool_use blocks become tool calls."""
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    texts: list[str] = []
+    results: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for b_idx, block in enumerate(message.content):
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            content = block.content
+            text = content if isinstance(content, str) else "".join(b.text for b in content)
+            results.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
+        elif isinstance(block, ToolUseBlock):
+            arguments = json.dumps(block.input, ensure_ascii=False)
+            function = {"name": block.name, "arguments": arguments}
+            calls.append({"id": block.id, "type": "function", "function": function})
+        elif isinstance(block, ImageBlock):
+            param = f"messages.{m_idx}.content.{b_idx}"
+            raise InvalidRequest(
+                f"{param}: this model takes text only; image blocks need a vision model",
+                param=param,
+            )
+        else:
+            assert isinstance(block, ThinkingBlock)  # earlier reasoning: not re-sent
+    turn: dict[str, Any] = {"role": message.role, "content": "".join(texts)}
+    if calls:
+        turn["tool_calls"] = calls
+    return results + ([turn] if texts or calls or not results else [])

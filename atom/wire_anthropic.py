@@ -1,0 +1,252 @@
+"""Anthropic's Messages API wire format as a projection of a request's events.
+
+The same events the OpenAI renderers read (atom/wire.py) become content blocks:
+reasoning → `thinking`, text → `text`, each tool call → `tool_use` (its arguments
+parsed into `input`). `stop_reason` is `max_tokens` at the length limit, `tool_use`
+when the answer calls tools, `stop_sequence` when a stop string ended it, else
+`end_turn`. `usage.input_tokens` counts the prompt tokens not read from the prefix
+cache, `cache_read_input_tokens` those that were (Anthropic's split).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from atom.events import (
+    ChoiceFinished,
+    Event,
+    FinishReason,
+    ReasoningDelta,
+    RequestAccepted,
+    RequestCompleted,
+    RequestFailed,
+    RequestReceived,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallStarted,
+)
+from atom.wire import Output, dumps
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """Anthropic's error object for an HTTP status."""
+    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _error_output(failed: RequestFailed) -> Output:
+    body = dumps(error_body(failed.status, failed.message))
+    return Output(
+        body=body, status=failed.status, is_final=True, retry_after_s=failed.retry_after_s
+    )
+
+
+@dataclass(slots=True)
+class _Block:
+    """One content block: `thinking`, `text` or `tool_use` (with its call's id and name)."""
+
+    kind: str
+    parts: list[str] = field(default_factory=list)
+    id: str = ""
+    name: str = ""
+
+    def as_wire(self) -> dict[str, Any]:
+        text = "".join(self.parts)
+        if self.kind == "tool_use":
+            return {"type": "tool_use", "id": self.id, "name": self.name, "input": _input(text)}
+        if self.kind == "thinking":
+            return {"type": "thinking", "thinking": text, "signature": ""}
+        return {"type": "text", "text": text}
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the object `input` must be; other JSON is kept under
+    "arguments" rather than lost."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError:
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+class _Answer:
+    """The one choice's blocks and ending, as events arrive (both renderers keep one)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[_Block] = []
+        self.finished: ChoiceFinished | None = None
+
+    def add(self, event: Event) -> tuple[_Block | None, _Block | None]:
+        """Record a content event; returns (the block it closed, the block it opened)."""
+        if isinstance(event, ToolCallStarted):
+            return self._open(_Block("tool_use", id=event.id, name=event.name))
+        if isinstance(event, ToolArgumentsDelta):
+            self.blocks[-1].parts.append(event.text)
+            return None, None
+        assert isinstance(event, TextDelta | ReasoningDelta)
+        kind = "text" if isinstance(event, TextDelta) else "thinking"
+        closed: _Block | None = None
+        opened: _Block | None = None
+        if not self.blocks or self.blocks[-1].kind != kind:
+            closed, opened = self._open(_Block(kind))
+        self.blocks[-1].parts.append(event.text)
+        return closed, opened
+
+    def _open(self, block: _Block) -> tuple[_Block | None, _Block]:
+        closed = self.blocks[-1] if self.blocks else None
+        self.blocks.append(block)
+        return closed, block
+
+    def stop(self) -> tuple[str | None, str | None]:
+        """(stop_reason, stop_sequence)."""
+        finished = self.finished
+        if finished is None:
+            return None, None
+        if finished.finish_reason is FinishReason.LENGTH:
+            return "max_tokens", None
+        if any(b.kind == "tool_use" for b in self.blocks):
+            return "tool_use", None
+        if finished.stop_string is not None:
+            return "stop_sequence", finished.stop_string
+        return "end_turn", None
+
+
+def _is_content(event: Event) -> bool:
+    if isinstance(event, TextDelta | ReasoningDelta):
+        return bool(event.text)
+    return isinstance(event, ToolCallStarted | ToolArgumentsDelta)
+
+
+def _usage(done: RequestCompleted) -> dict[str, Any]:
+    cached = done.cached_tokens or 0
+    return {
+        "input_tokens": done.prompt_tokens - cached,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": done.completion_tokens,
+    }
+
+
+class MessagesBodyRenderer:
+    """One JSON message, sent when the request completes."""
+
+    def __init__(self, received: RequestReceived) -> None:
+        self._received = received
+        self._answer = _Answer()
+        self.has_started = False
+
+    def feed(self, event: Event) -> Output | None:
+        if isinstance(event, RequestFailed):
+            return _error_output(event)
+        if _is_content(event):
+            self._answer.add(event)
+        elif isinstance(event, ChoiceFinished):
+            self._answer.finished = event
+        elif isinstance(event, RequestCompleted):
+            self.has_started = True
+            return Output(body=dumps(self._message(event)), is_final=True)
+        return None
+
+    def _message(self, done: RequestCompleted) -> dict[str, Any]:
+        stop_reason, stop_sequence = self._answer.stop()
+        return {
+            "id": self._received.request_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._received.model,
+            "content": [block.as_wire() for block in self._answer.blocks],
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            "usage": _usage(done),
+        }
+
+
+class MessagesStreamRenderer:
+    """Server-sent events with `event:` names: message_start, a ping, then per block
+    content_block_start / _delta / _stop, then message_delta and message_stop."""
+
+    def __init__(self, received: RequestReceived) -> None:
+        self._received = received
+        self._answer = _Answer()
+        self.has_started = False
+
+    def feed(self, event: Event) -> Output | None:
+        if isinstance(event, RequestFailed):
+            if not self.has_started:
+                return _error_output(event)
+            error = error_body(event.status, event.message)
+            return Output(body=_sse(error), content_type="text/event-stream", is_final=True)
+        frames = self._frames(event)
+        if frames is None:
+            return None
+        self.has_started = True
+        is_final = isinstance(event, RequestCompleted)
+        return Output(body=frames, content_type="text/event-stream", is_final=is_final)
+
+    def _frames(self, event: Event) -> bytes | None:
+        if isinstance(event, RequestAccepted):
+            return _sse(self._start(len(event.prompt_ids))) + _sse({"type": "ping"})
+        if _is_content(event):
+            return self._content(event)
+        if isinstance(event, ChoiceFinished):
+            self._answer.finished = event
+            last = len(self._answer.blocks) - 1
+            return _sse({"type": "content_block_stop", "index": last}) if last >= 0 else b""
+        if isinstance(event, RequestCompleted):
+            stop_reason, stop_sequence = self._answer.stop()
+            delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+            message_delta = {"type": "message_delta", "delta": delta, "usage": _usage(event)}
+            return _sse(message_delta) + _sse({"type": "message_stop"})
+        return None
+
+    def _start(self, num_prompt: int) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "id": self._received.request_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._received.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": num_prompt, "output_tokens": 0},
+        }
+        return {"type": "message_start", "message": message}
+
+    def _content(self, event: Event) -> bytes:
+        closed, opened = self._answer.add(event)
+        out = b""
+        index = len(self._answer.blocks) - 1
+        if closed is not None:
+            out += _sse({"type": "content_block_stop", "index": index - 1})
+        if opened is not None:
+            block = _Block(opened.kind, id=opened.id, name=opened.name).as_wire()  # empty
+            out += _sse({"type": "content_block_start", "index": index, "content_block": block})
+            if opened.kind == "tool_use":
+                return out  # its arguments come as input_json_delta
+        return out + _sse({"type": "content_block_delta", "index": index, "delta": _delta(event)})
+
+
+def _delta(event: Event) -> dict[str, Any]:
+    if isinstance(event, TextDelta):
+        return {"type": "text_delta", "text": event.text}
+    if isinstance(event, ReasoningDelta):
+        return {"type": "thinking_delta", "thinking": event.text}
+    assert isinstance(event, ToolArgumentsDelta)
+    return {"type": "input_json_delta", "partial_json": event.text}
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"event: " + obj["type"].encode() + b"\ndata: " + dumps(obj) + b"\n\n"

@@ -1,0 +1,68 @@
+"""The user's view: the official `anthropic` client against the real server and model."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from tests.e2e.conftest import Server
+from tests.weather import WEATHER
+
+pytestmark = pytest.mark.slow
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": WEATHER["function"]["parameters"],  # type: ignore[index]
+}
+
+
+def client(server: Server) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+
+
+def test_a_message_answers_paris_and_the_stream_agrees(server: Server) -> None:
+    c = client(server)
+    kwargs = {
+        "model": server.model,
+        "max_tokens": 64,
+        "messages": QUESTION,
+        "extra_body": {"temperature": 0},  # this SDK has no temperature argument any more
+    }
+    whole = c.messages.create(**kwargs)  # type: ignore[arg-type]
+    [block] = whole.content
+    assert block.type == "text" and "Paris" in block.text
+    assert whole.stop_reason in ("end_turn", "max_tokens") and whole.usage.output_tokens > 0
+    with c.messages.stream(**kwargs) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_message()
+    assert final.content[0].text == block.text  # type: ignore[union-attr]
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_a_forced_tool_is_a_tool_use_block_whole_and_streamed(server: Server) -> None:
+    c = client(server)
+    kwargs = {
+        "model": server.model,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [TOOL],
+    }
+    named = c.messages.create(tool_choice={"type": "tool", "name": "get_weather"}, **kwargs)  # type: ignore[arg-type]
+    [call] = [b for b in named.content if b.type == "tool_use"]
+    assert call.name == "get_weather" and isinstance(call.input["city"], str)  # type: ignore[index]
+    assert named.stop_reason == "tool_use"
+    with c.messages.stream(tool_choice={"type": "any"}, **kwargs) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_message()
+    calls = [b for b in final.content if b.type == "tool_use"]
+    assert calls and all(isinstance(b.input, dict) for b in calls)  # type: ignore[union-attr]
+    assert final.stop_reason == "tool_use"
+
+
+def test_count_tokens_and_a_bad_body(server: Server) -> None:
+    c = client(server)
+    counted = c.messages.count_tokens(model=server.model, messages=QUESTION)  # type: ignore[arg-type]
+    assert counted.input_tokens > 5
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        c.messages.create(model=server.model, max_tokens=0, messages=QUESTION)  # type: ignore[arg-type]
+    assert refused.value.status_code == 400
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
