@@ -11,9 +11,9 @@ cache, `cache_read_input_tokens` those that were (Anthropic's split).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from atom.answer import Answer, Block, is_content
 from atom.events import (
     ChoiceFinished,
     Event,
@@ -25,7 +25,6 @@ from atom.events import (
     RequestReceived,
     TextDelta,
     ToolArgumentsDelta,
-    ToolCallStarted,
 )
 from atom.wire import Output, dumps
 
@@ -54,22 +53,12 @@ def _error_output(failed: RequestFailed) -> Output:
     )
 
 
-@dataclass(slots=True)
-class _Block:
-    """One content block: `thinking`, `text` or `tool_use` (with its call's id and name)."""
-
-    kind: str
-    parts: list[str] = field(default_factory=list)
-    id: str = ""
-    name: str = ""
-
-    def as_wire(self) -> dict[str, Any]:
-        text = "".join(self.parts)
-        if self.kind == "tool_use":
-            return {"type": "tool_use", "id": self.id, "name": self.name, "input": _input(text)}
-        if self.kind == "thinking":
-            return {"type": "thinking", "thinking": text, "signature": ""}
-        return {"type": "text", "text": text}
+def _block(block: Block) -> dict[str, Any]:
+    if block.kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _input(block.text)}
+    if block.kind == "thinking":
+        return {"type": "thinking", "thinking": block.text, "signature": ""}
+    return {"type": "text", "text": block.text}
 
 
 def _input(arguments: str) -> dict[str, Any]:
@@ -82,52 +71,18 @@ def _input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"arguments": value}
 
 
-class _Answer:
-    """The one choice's blocks and ending, as events arrive (both renderers keep one)."""
-
-    def __init__(self) -> None:
-        self.blocks: list[_Block] = []
-        self.finished: ChoiceFinished | None = None
-
-    def add(self, event: Event) -> tuple[_Block | None, _Block | None]:
-        """Record a content event; returns (the block it closed, the block it opened)."""
-        if isinstance(event, ToolCallStarted):
-            return self._open(_Block("tool_use", id=event.id, name=event.name))
-        if isinstance(event, ToolArgumentsDelta):
-            self.blocks[-1].parts.append(event.text)
-            return None, None
-        assert isinstance(event, TextDelta | ReasoningDelta)
-        kind = "text" if isinstance(event, TextDelta) else "thinking"
-        closed: _Block | None = None
-        opened: _Block | None = None
-        if not self.blocks or self.blocks[-1].kind != kind:
-            closed, opened = self._open(_Block(kind))
-        self.blocks[-1].parts.append(event.text)
-        return closed, opened
-
-    def _open(self, block: _Block) -> tuple[_Block | None, _Block]:
-        closed = self.blocks[-1] if self.blocks else None
-        self.blocks.append(block)
-        return closed, block
-
-    def stop(self) -> tuple[str | None, str | None]:
-        """(stop_reason, stop_sequence)."""
-        finished = self.finished
-        if finished is None:
-            return None, None
-        if finished.finish_reason is FinishReason.LENGTH:
-            return "max_tokens", None
-        if any(b.kind == "tool_use" for b in self.blocks):
-            return "tool_use", None
-        if finished.stop_string is not None:
-            return "stop_sequence", finished.stop_string
-        return "end_turn", None
-
-
-def _is_content(event: Event) -> bool:
-    if isinstance(event, TextDelta | ReasoningDelta):
-        return bool(event.text)
-    return isinstance(event, ToolCallStarted | ToolArgumentsDelta)
+def _stop(answer: Answer) -> tuple[str | None, str | None]:
+    """(stop_reason, stop_sequence)."""
+    finished = answer.finished
+    if finished is None:
+        return None, None
+    if finished.finish_reason is FinishReason.LENGTH:
+        return "max_tokens", None
+    if answer.has_calls:
+        return "tool_use", None
+    if finished.stop_string is not None:
+        return "stop_sequence", finished.stop_string
+    return "end_turn", None
 
 
 def _usage(done: RequestCompleted) -> dict[str, Any]:
@@ -145,13 +100,13 @@ class MessagesBodyRenderer:
 
     def __init__(self, received: RequestReceived) -> None:
         self._received = received
-        self._answer = _Answer()
+        self._answer = Answer()
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
             return _error_output(event)
-        if _is_content(event):
+        if is_content(event):
             self._answer.add(event)
         elif isinstance(event, ChoiceFinished):
             self._answer.finished = event
@@ -161,13 +116,13 @@ class MessagesBodyRenderer:
         return None
 
     def _message(self, done: RequestCompleted) -> dict[str, Any]:
-        stop_reason, stop_sequence = self._answer.stop()
+        stop_reason, stop_sequence = _stop(self._answer)
         return {
             "id": self._received.request_id,
             "type": "message",
             "role": "assistant",
             "model": self._received.model,
-            "content": [block.as_wire() for block in self._answer.blocks],
+            "content": [_block(block) for block in self._answer.blocks],
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
             "usage": _usage(done),
@@ -180,7 +135,7 @@ class MessagesStreamRenderer:
 
     def __init__(self, received: RequestReceived) -> None:
         self._received = received
-        self._answer = _Answer()
+        self._answer = Answer()
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -199,14 +154,14 @@ class MessagesStreamRenderer:
     def _frames(self, event: Event) -> bytes | None:
         if isinstance(event, RequestAccepted):
             return _sse(self._start(len(event.prompt_ids))) + _sse({"type": "ping"})
-        if _is_content(event):
+        if is_content(event):
             return self._content(event)
         if isinstance(event, ChoiceFinished):
             self._answer.finished = event
             last = len(self._answer.blocks) - 1
             return _sse({"type": "content_block_stop", "index": last}) if last >= 0 else b""
         if isinstance(event, RequestCompleted):
-            stop_reason, stop_sequence = self._answer.stop()
+            stop_reason, stop_sequence = _stop(self._answer)
             delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
             message_delta = {"type": "message_delta", "delta": delta, "usage": _usage(event)}
             return _sse(message_delta) + _sse({"type": "message_stop"})
@@ -232,7 +187,7 @@ class MessagesStreamRenderer:
         if closed is not None:
             out += _sse({"type": "content_block_stop", "index": index - 1})
         if opened is not None:
-            block = _Block(opened.kind, id=opened.id, name=opened.name).as_wire()  # empty
+            block = _block(Block(opened.kind, id=opened.id, name=opened.name))  # empty
             out += _sse({"type": "content_block_start", "index": index, "content_block": block})
             if opened.kind == "tool_use":
                 return out  # its arguments come as input_json_delta
