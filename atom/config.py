@@ -36,6 +36,7 @@ class Settings:
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
+    responses_store_max: int = 1000  # stored Responses API responses
     request_log: str | None = None
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     device: str | None = None
@@ -99,6 +100,7 @@ HELP = {
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
+    "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
     "request_log": "JSONL event log path (default: off)",

@@ -55,6 +55,11 @@ class RouteNotFound(AtomError):
     code = "not_found"
 
 
+class ResponseNotFound(AtomError):
+    status = 404
+    error_type = "invalid_request_error"
+
+
 class MethodNotAllowed(AtomError):
     status = 405
     error_type = "invalid_request_error"

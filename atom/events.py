@@ -250,6 +250,12 @@ class RequestFailed(RequestEvent):
     retry_after_s: int | None = None
 
 
+@_tagged("response_deleted")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseDeleted(RequestEvent):
+    """A client deleted a stored Responses API response (DELETE /v1/responses/{id})."""
+
+
 # --- events of the Batcher --------------------------------------------------
 
 

@@ -18,6 +18,7 @@ class Endpoint(StrEnum):
     CHAT = "chat.completions"
     COMPLETIONS = "completions"
     MESSAGES = "messages"  # Anthropic's Messages API
+    RESPONSES = "responses"  # OpenAI's Responses API
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +76,10 @@ class ResponseShape:
     n: int = 1  # choices returned per prompt
     best_of: int = 1  # choices generated per prompt; the n best are returned
     logprobs: bool = False  # each choice reports its tokens' logprobs
+    # What a Responses API object repeats of its request (instructions, tools, ...).
+    request_fields: dict[str, Any] = field(default_factory=dict)
+    # The Responses API's input as items (GET input_items, previous_response_id).
+    input_items: tuple[dict[str, Any], ...] = ()
 
     @property
     def total_choices(self) -> int:

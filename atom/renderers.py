@@ -1,5 +1,6 @@
 """The renderer of a response, by its plan's shape: OpenAI's chat and completions
-formats (atom/wire.py) or Anthropic's Messages format (atom/wire_anthropic.py).
+formats (atom/wire.py), the Responses API's (atom/wire_responses.py) or Anthropic's
+Messages format (atom/wire_anthropic.py).
 The live request actor and `atom replay` both take it from here."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from atom.events import Event, RequestReceived
 from atom.plan import Endpoint, ResponseShape
 from atom.wire import BodyRenderer, Output, StreamRenderer
 from atom.wire_anthropic import MessagesBodyRenderer, MessagesStreamRenderer
+from atom.wire_responses import ResponsesBodyRenderer, ResponsesStreamRenderer
 
 
 class Renderer(Protocol):
@@ -19,6 +21,10 @@ class Renderer(Protocol):
 
 
 def renderer_for(received: RequestReceived, shape: ResponseShape) -> Renderer:
+    if shape.endpoint is Endpoint.RESPONSES:
+        if shape.stream:
+            return ResponsesStreamRenderer(received, shape)
+        return ResponsesBodyRenderer(received, shape)
     if shape.endpoint is Endpoint.MESSAGES:
         if shape.stream:
             return MessagesStreamRenderer(received)

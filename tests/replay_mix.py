@@ -39,12 +39,13 @@ MIX: list[tuple[str, dict[str, Any]]] = [
 
 
 def response_id(raw: bytes) -> str:
-    """The id of a response: a JSON body, OpenAI's SSE chunks or Anthropic's events."""
+    """The id of a response: a JSON body, OpenAI's SSE chunks, or Anthropic's or the
+    Responses API's events (whose first event holds the message or response)."""
     text = raw.decode()
     start = text.find("{")
     is_stream = text.startswith(("data:", "event:"))
     first = json.loads(text[start : text.index("\n", start) if is_stream else None])
-    return str(first["message"]["id"] if "message" in first else first["id"])
+    return str(first.get("message", first.get("response", first))["id"])
 
 
 async def send_mix(client: httpx.AsyncClient) -> dict[str, bytes]:

@@ -28,6 +28,8 @@ from atom.metrics import Metrics
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.request_log import read_log
+from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
 log = structlog.get_logger(__name__)
@@ -44,6 +46,7 @@ class EngineCore:
     max_model_len: int
     max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
     precompile: Callable[[str], object] | None = None
+    responses: ResponsesStore | None = None  # the Responses API's store
 
 
 def terminate_process(grace_s: float = 1.0) -> None:
@@ -71,6 +74,7 @@ class Engine:
         self.bus = EventBus(clock)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
+        self.responses = ResponsesStore(settings.responses_store_max)
         self.core: EngineCore | None = None
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
@@ -92,9 +96,12 @@ class Engine:
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             if self.settings.request_log:
+                # Off the event loop: a long log takes a while to fold.
+                await trio.to_thread.run_sync(self._restore, self.settings.request_log)
                 self.logger = RequestLogger(self.settings.request_log)
                 await nursery.start(self.logger.run)
                 self.bus.subscribe(self.logger.log_nowait)
+            self.bus.subscribe(self.responses.apply)
             task_status.started()
             device = DeviceThread()  # loads the model, then runs every step
             try:
@@ -120,6 +127,7 @@ class Engine:
             max_model_len=runtime.max_model_len,
             max_prompt_chars=runtime.max_model_len * max_token_chars(runtime.tokenizer),
             precompile=runtime.precompile,
+            responses=self.responses,
         )
         log.info(
             "engine_ready",
@@ -161,3 +169,10 @@ class Engine:
             max_queue_wait_s=s.max_queue_wait,
             device=device,
         )
+
+    def _restore(self, log_path: str) -> None:
+        """Stored responses come back from the request log of earlier runs."""
+        if not os.path.exists(log_path):
+            return
+        for envelope in read_log(log_path):
+            self.responses.apply(envelope)

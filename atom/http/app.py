@@ -26,7 +26,7 @@ from atom.errors import (
     MethodNotAllowed,
     RouteNotFound,
 )
-from atom.http import info, tokenize
+from atom.http import info, stored, tokenize
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
 from atom.http.chat import check_parser_names
@@ -101,23 +101,27 @@ def create_app(
     async def start_engine() -> None:
         await quart.nursery.start(engine.run)
 
-    @quart.errorhandler(AtomError)
-    async def atom_error(error: AtomError) -> Response:
-        return json_error(error)
-
-    @quart.errorhandler(HTTPException)
-    async def http_error(error: HTTPException) -> Response:
-        if error.code == 405:
-            return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
-        if error.code == 404:
-            return json_error(RouteNotFound("no such route"))
-        other = (InvalidRequest if (error.code or 500) < 500 else AtomError)(str(error.description))
-        other.status = error.code or 500  # keep the status Quart chose
-        return json_error(other)
-
+    quart.register_error_handler(AtomError, _atom_error)
+    quart.register_error_handler(HTTPException, _http_error)
     info.register(quart, engine)
     tokenize.register(quart, engine)
+    stored.register(quart, engine)
     return AtomApp(quart, engine)
+
+
+async def _atom_error(error: AtomError) -> Response:
+    return json_error(error)
+
+
+async def _http_error(error: HTTPException) -> Response:
+    """Quart's own 404/405/4xx answers in the API's error shape."""
+    if error.code == 405:
+        return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
+    if error.code == 404:
+        return json_error(RouteNotFound("no such route"))
+    other = (InvalidRequest if (error.code or 500) < 500 else AtomError)(str(error.description))
+    other.status = error.code or 500  # keep the status Quart chose
+    return json_error(other)
 
 
 def json_error(error: AtomError) -> Response:

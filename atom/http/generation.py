@@ -19,12 +19,13 @@ from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.config import Settings
 from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
 from atom.events import RequestReceived, Submit
-from atom.http import chat, completions, messages
+from atom.http import chat, completions, messages, responses
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend
 from atom.http.body import decode_json, read_body
 from atom.http.errors import error_bytes, error_headers, parse
+from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
 from atom.plan import Endpoint
 
@@ -34,6 +35,7 @@ ROUTES = {
     "/v1/chat/completions": Endpoint.CHAT,
     "/v1/completions": Endpoint.COMPLETIONS,
     "/v1/messages": Endpoint.MESSAGES,
+    "/v1/responses": Endpoint.RESPONSES,
 }
 
 
@@ -102,6 +104,7 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
     Endpoint.CHAT: Adapter(ChatCompletionRequest, chat.ID_PREFIX, chat.plan),
     Endpoint.COMPLETIONS: Adapter(CompletionRequest, completions.ID_PREFIX, completions.plan),
     Endpoint.MESSAGES: Adapter(MessagesRequest, messages.ID_PREFIX, messages.plan),
+    Endpoint.RESPONSES: Adapter(ResponsesRequest, responses.ID_PREFIX, responses.plan),
 }
 
 

@@ -43,18 +43,20 @@ def test_a_forced_tool_is_a_tool_use_block_whole_and_streamed(server: Server) ->
     c = client(server)
     kwargs = {
         "model": server.model,
-        "max_tokens": 64,
+        "max_tokens": 200,
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
         "tools": [TOOL],
+        "extra_body": {"temperature": 0},
     }
     named = c.messages.create(tool_choice={"type": "tool", "name": "get_weather"}, **kwargs)  # type: ignore[arg-type]
     [call] = [b for b in named.content if b.type == "tool_use"]
     assert call.name == "get_weather" and isinstance(call.input["city"], str)  # type: ignore[index]
     assert named.stop_reason == "tool_use"
-    with c.messages.stream(tool_choice={"type": "any"}, **kwargs) as stream:  # type: ignore[arg-type]
+    one = {"type": "any", "disable_parallel_tool_use": True}  # exactly one call
+    with c.messages.stream(tool_choice=one, **kwargs) as stream:  # type: ignore[arg-type]
         final = stream.get_final_message()
-    calls = [b for b in final.content if b.type == "tool_use"]
-    assert calls and all(isinstance(b.input, dict) for b in calls)  # type: ignore[union-attr]
+    [streamed] = [b for b in final.content if b.type == "tool_use"]
+    assert streamed.name == "get_weather" and isinstance(streamed.input["city"], str)  # type: ignore[union-attr,index]
     assert final.stop_reason == "tool_use"
 
 

@@ -57,6 +57,16 @@ PLANNED: list[tuple[str, dict[str, Any]]] = [
     ("/v1/completions", {"prompt": "Once upon a time", "best_of": 3, "temperature": 0.8}),
     ("/v1/chat/completions", {"messages": Q, "n": 2, "logprobs": True, "top_logprobs": 2}),
     ("/v1/messages", {"messages": Q, "stop_sequences": [" is"]}),
+    ("/v1/responses", {"input": Q, "max_output_tokens": 12, "stream": True}),
+    (
+        "/v1/responses",
+        {
+            "input": Q,
+            "tools": [WEATHER["function"] | {"type": "function"}],
+            "tool_choice": "required",
+            "max_output_tokens": 40,
+        },
+    ),
     (
         "/v1/messages",
         {
@@ -78,8 +88,12 @@ async def test_every_plan_replays_byte_identical_and_rebuilt_through_the_pipelin
     received: dict[str, bytes] = {}
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
         for path, body in PLANNED:
-            seeded = {} if path == "/v1/messages" else {"seed": 3}  # Anthropic has no seed
-            r = await client.post(path, json={"max_tokens": 12, **seeded, **body})
+            # Each API's own length field; Anthropic's and the Responses API have no seed.
+            extra = {
+                "/v1/messages": {"max_tokens": 12},
+                "/v1/responses": {},
+            }.get(path, {"max_tokens": 12, "seed": 3})
+            r = await client.post(path, json={**extra, **body})
             assert r.status_code == 200, r.text
             received[response_id(r.content)] = r.content
     await trio.sleep(0.5)  # the logger flushes after each burst
