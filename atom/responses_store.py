@@ -55,12 +55,24 @@ class ResponsesStore:
         if pending is None:
             return
         if isinstance(event, RequestFailed | RequestAborted):
-            del self._pending[event.request_id]
+            self._end_early(event)
             return
         output = pending[0].feed(event)
         if output is not None and output.is_final:
             del self._pending[event.request_id]
             self._keep(pending[1], json.loads(output.body))
+
+    def _end_early(self, event: RequestFailed | RequestAborted) -> None:
+        """A background response is kept as `failed` or `cancelled`; another one that
+        did not finish was never whole, and is dropped."""
+        renderer, received = self._pending.pop(event.request_id)
+        assert received.plan is not None
+        if not received.plan.shape.request_fields.get("background"):
+            return
+        if isinstance(event, RequestFailed):
+            self._keep(received, renderer.snapshot("failed", event))
+        else:
+            self._keep(received, renderer.snapshot("cancelled"))
 
     def _start(self, received: RequestReceived) -> None:
         plan = received.plan
@@ -87,6 +99,12 @@ class ResponsesStore:
             self._done.popitem(last=False)
 
     def get(self, response_id: str) -> StoredResponse | None:
+        """A finished response, or one still running as it stands (`in_progress`)."""
+        if response_id in self._pending:
+            renderer, received = self._pending[response_id]
+            assert received.plan is not None
+            items = received.plan.shape.input_items
+            return StoredResponse(response=renderer.snapshot("in_progress"), input_items=items)
         stored = self._done.get(response_id)
         if stored is not None:
             self._done.move_to_end(response_id)

@@ -56,11 +56,16 @@ class _Response:
         return {"id": item_id, "type": "message", "status": status, "role": "assistant",
                 "content": content}  # fmt: skip
 
-    def body(self, done: RequestCompleted | None, failed: RequestFailed | None) -> dict[str, Any]:
+    def body(
+        self,
+        done: RequestCompleted | None,
+        failed: RequestFailed | None,
+        *,
+        status: str = "in_progress",  # while neither `done` nor `failed`
+    ) -> dict[str, Any]:
         finished = self.answer.finished
         is_cut = finished is not None and finished.finish_reason is FinishReason.LENGTH
         cut = {"reason": "max_output_tokens"}
-        status = "in_progress"
         if failed is not None:
             status = "failed"
         elif done is not None:
@@ -71,7 +76,6 @@ class _Response:
             "object": "response",
             "created_at": self.received.created,
             "status": status,
-            "background": False,
             "error": error,
             "incomplete_details": cut if status == "incomplete" else None,
             "model": self.received.model,
@@ -104,6 +108,11 @@ class ResponsesBodyRenderer:
     def __init__(self, received: RequestReceived, shape: ResponseShape) -> None:
         self._response = _Response(received, shape)
         self.has_started = False
+
+    def snapshot(self, status: str, failed: RequestFailed | None = None) -> dict[str, Any]:
+        """The Response object before it completed: `queued`, `in_progress`, `cancelled`,
+        or `failed` with the error."""
+        return self._response.body(None, failed, status=status)
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):

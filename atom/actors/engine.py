@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,14 @@ class EngineCore:
     responses: ResponsesStore | None = None  # the Responses API's store
 
 
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """A task that outlives its HTTP request (a background response)."""
+
+    cancel: Callable[[str], None]  # ends it, with the reason the log gives
+    done: trio.Event
+
+
 def terminate_process(grace_s: float = 1.0) -> None:
     """Exit with status 1 after `grace_s`, time for the error responses in flight to go out.
 
@@ -78,6 +86,8 @@ class Engine:
         self.core: EngineCore | None = None
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
+        self.detached: dict[str, Detached] = {}  # running background tasks, by request id
+        self._nursery: trio.Nursery | None = None
         self.created = int(clock())
 
     @property
@@ -93,8 +103,27 @@ class Engine:
         finally:
             self.has_stopped = True
 
+    def start_detached(
+        self, key: str, run: Callable[[], Awaitable[None]], cancel: Callable[[str], None]
+    ) -> None:
+        """Run `run` in the engine's nursery until it ends or the engine stops."""
+        if self._nursery is None or self.has_stopped:
+            raise EngineFailed("the engine has stopped; the server is shutting down")
+        entry = Detached(cancel=cancel, done=trio.Event())
+        self.detached[key] = entry
+
+        async def detached() -> None:
+            try:
+                await run()
+            finally:
+                del self.detached[key]
+                entry.done.set()
+
+        self._nursery.start_soon(detached)
+
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             if self.settings.request_log:
                 # Off the event loop: a long log takes a while to fold.
                 await trio.to_thread.run_sync(self._restore, self.settings.request_log)

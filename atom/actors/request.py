@@ -74,6 +74,8 @@ class RequestActor:
         self._is_done = False  # the final bytes have been handed to the server
         self._has_client_left = False
         self._usage: RequestUsage | None = None  # from the RequestReceived on
+        self._scope: trio.CancelScope | None = None
+        self._cancelled_as: str | None = None  # why `cancel` ended the request
 
     @property
     def request_id(self) -> str:
@@ -86,6 +88,9 @@ class RequestActor:
             failure: AtomError | None = None
             try:
                 async with trio.open_nursery() as nursery:
+                    self._scope = nursery.cancel_scope
+                    if self._cancelled_as is not None:
+                        nursery.cancel_scope.cancel()
                     nursery.start_soon(self._watch_disconnect, nursery.cancel_scope)
                     await self._generate()
                     nursery.cancel_scope.cancel()  # the response is complete
@@ -96,14 +101,24 @@ class RequestActor:
                 failure = EngineFailed("internal error while serving the request")
             finally:
                 if not self._is_done and failure is None:
-                    # Cancelled from outside without the client leaving: the server stops.
-                    reason = "client_disconnected" if self._has_client_left else "server_shutdown"
+                    # Cancelled from outside without the client leaving: `cancel`, or the
+                    # server stops.
+                    reason = self._cancelled_as or "server_shutdown"
+                    if self._has_client_left:
+                        reason = "client_disconnected"
                     self._release(reason)
                     self._core.bus.publish(
                         RequestAborted(request_id=self.request_id, reason=reason)
                     )
             if failure is not None:
                 await self._fail(failure)
+
+    def cancel(self, reason: str) -> None:
+        """End the request from outside, logged with `reason` (a cancelled background
+        response)."""
+        self._cancelled_as = reason
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def _generate(self) -> None:
         submit = self._request.submit

@@ -28,6 +28,8 @@ from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
 from atom.plan import Endpoint
+from atom.wire import Output, dumps
+from atom.wire_responses import ResponsesBodyRenderer
 
 B = TypeVar("B", bound=RoutedBody)
 
@@ -53,8 +55,34 @@ async def serve_generation(
         await send_error(send, error, scope["path"])
         return
     assert engine.core is not None
+    if request.plan.shape.request_fields.get("background"):
+        await _start_background(engine, engine.core, request, send, scope["path"])
+        return
     respond = AsgiResponder(send).respond
     await RequestActor(engine.core, request, receive=receive, respond=respond).run()
+
+
+async def _start_background(
+    engine: Engine, core: EngineCore, request: GenerationRequest, send: ASGISend, path: str
+) -> None:
+    """A background response runs detached from this connection (its result goes to the
+    store, atom/responses_store.py); the client gets the `queued` Response object now."""
+
+    async def no_disconnect() -> MutableMapping[str, Any]:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def nowhere(output: Output) -> None:
+        pass
+
+    actor = RequestActor(core, request, receive=no_disconnect, respond=nowhere)
+    try:
+        engine.start_detached(actor.request_id, actor.run, actor.cancel)
+    except AtomError as error:
+        await send_error(send, error, path)
+        return
+    queued = ResponsesBodyRenderer(request.received, request.plan.shape).snapshot("queued")
+    await AsgiResponder(send).respond(Output(body=dumps(queued), is_final=True))
 
 
 async def send_error(send: ASGISend, error: AtomError, path: str) -> None:

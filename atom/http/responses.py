@@ -39,8 +39,10 @@ _ITEMS = TypeAdapter(list[Item])
 
 def plan(settings: Settings, core: EngineCore, body: ResponsesRequest) -> Planned:
     """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
-    if body.background:
-        raise InvalidRequest("background responses are not supported yet", param="background")
+    if body.background and body.stream:
+        raise InvalidRequest("background responses cannot be streamed yet", param="background")
+    if body.background and not body.store:
+        raise InvalidRequest("a background response needs store", param="store")
     items = _input_items(body)
     earlier = _earlier(core, body.previous_response_id)
     chat_body = parse(ChatCompletionRequest, as_chat(body, [*earlier, *items]))
@@ -162,6 +164,7 @@ def _repeated(body: ResponsesRequest) -> dict[str, Any]:
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
         "metadata": body.metadata or {},
+        "background": body.background,
         "parallel_tool_calls": body.parallel_tool_calls,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,

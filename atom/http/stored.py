@@ -1,8 +1,12 @@
 """The Responses API's stored responses: `GET /v1/responses/{id}`, its `input_items`,
-and `DELETE /v1/responses/{id}` (atom/responses_store.py keeps them)."""
+`DELETE /v1/responses/{id}` and, for a background response, `POST …/cancel`
+(atom/responses_store.py keeps them; atom/http/generation.py starts background ones)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -14,30 +18,18 @@ from atom.wire import dumps
 
 
 def register(app: QuartTrio, engine: Engine) -> None:
-    def stored(response_id: str) -> StoredResponse:
-        found = engine.responses.get(response_id)
-        if found is None:
-            raise ResponseNotFound(f"Response with id {response_id!r} not found.")
-        return found
-
     @app.get("/v1/responses/<response_id>")
     async def get_response(response_id: str) -> Response:
-        return _json(stored(response_id).response)
+        return _json(_stored(engine, response_id).response)
 
     @app.get("/v1/responses/<response_id>/input_items")
     async def input_items(response_id: str) -> Response:
         order = request.args.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise InvalidRequest("order must be asc or desc", param="order")
-        items = [
-            {"id": item.get("id") or f"item_{response_id.removeprefix('resp_')}_{i}", **item}
-            for i, item in enumerate(stored(response_id).input_items)
-        ]
-        if order == "desc":
-            items.reverse()
-        first, last = (items[0]["id"], items[-1]["id"]) if items else (None, None)
-        page = {"object": "list", "data": items, "first_id": first, "last_id": last}
-        return _json({**page, "has_more": False})
+        return _json(_items_page(_stored(engine, response_id), response_id, order))
+
+    @app.post("/v1/responses/<response_id>/cancel")
+    async def cancel_response(response_id: str) -> Response:
+        return _json(await _cancel(engine, response_id))
 
     @app.delete("/v1/responses/<response_id>")
     async def delete_response(response_id: str) -> Response:
@@ -45,6 +37,42 @@ def register(app: QuartTrio, engine: Engine) -> None:
             raise ResponseNotFound(f"Response with id {response_id!r} not found.")
         engine.bus.publish(ResponseDeleted(request_id=response_id))  # logged: it stays deleted
         return _json({"id": response_id, "object": "response", "deleted": True})
+
+
+def _stored(engine: Engine, response_id: str) -> StoredResponse:
+    found = engine.responses.get(response_id)
+    if found is None:
+        raise ResponseNotFound(f"Response with id {response_id!r} not found.")
+    return found
+
+
+def _items_page(stored: StoredResponse, response_id: str, order: str) -> dict[str, Any]:
+    """The request's input items as one page (`order` desc, OpenAI's default, or asc)."""
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("order must be asc or desc", param="order")
+    items = [
+        {"id": item.get("id") or f"item_{response_id.removeprefix('resp_')}_{i}", **item}
+        for i, item in enumerate(stored.input_items)
+    ]
+    if order == "desc":
+        items.reverse()
+    first, last = (items[0]["id"], items[-1]["id"]) if items else (None, None)
+    return {"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": False}
+
+
+async def _cancel(engine: Engine, response_id: str) -> dict[str, Any]:
+    """Abort a running background response and give it back `cancelled`; one that
+    already ended is given back as it is."""
+    running = engine.detached.get(response_id)
+    if running is None:
+        found = _stored(engine, response_id)
+        if not found.response.get("background"):
+            raise InvalidRequest("only a background response can be cancelled")
+        return found.response
+    running.cancel("cancelled")
+    with trio.move_on_after(10):
+        await running.done.wait()
+    return _stored(engine, response_id).response
 
 
 def _json(obj: object) -> Response:

@@ -142,3 +142,30 @@ async def test_the_store_serves_continues_deletes_and_survives_a_restart(
         still_gone = await http.get(f"/v1/responses/{later.id}")
     assert again.json() == json.loads(first.model_dump_json(exclude_unset=True))
     assert still_gone.status_code == 404  # the deletion is in the log too
+
+
+async def test_background_responses_finish_in_the_store_or_are_cancelled(
+    tokenizer: Any,
+) -> None:
+    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.05))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        body = {"model": MODEL, "input": "Say hello.", "background": True}
+        queued = (await http.post("/v1/responses", json=body)).json()
+        rid = queued["id"]
+        while (await http.get(f"/v1/responses/{rid}")).json()["status"] != "completed":
+            await trio.sleep(0.05)
+        done = (await http.get(f"/v1/responses/{rid}")).json()
+        doomed = (await http.post("/v1/responses", json=body)).json()
+        cancelled = (await http.post(f"/v1/responses/{doomed['id']}/cancel")).json()
+        later = (await http.get(f"/v1/responses/{doomed['id']}")).json()
+        plain = (await http.post("/v1/responses", json={**body, "background": False})).json()
+        refused = await http.post(f"/v1/responses/{plain['id']}/cancel")
+        streamed = await http.post("/v1/responses", json={**body, "stream": True})
+        served = await http.post("/v1/responses", json={**body, "background": False})
+    assert queued["status"] == "queued" and queued["background"] is True
+    assert done["output"][0]["content"][0]["text"] == FAKE_REPLY and done["background"] is True
+    assert cancelled["status"] == later["status"] == "cancelled"
+    assert refused.status_code == 400
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "background"
+    assert served.status_code == 200
