@@ -52,6 +52,13 @@ class Answer:
     def has_calls(self) -> bool:
         return any(b.kind == "tool_use" for b in self.blocks)
 
+    def record(self, event: Event) -> None:
+        """Fold any event of the choice: content extends the blocks, ChoiceFinished ends it."""
+        if is_content(event):
+            self.add(event)
+        elif isinstance(event, ChoiceFinished):
+            self.finished = event
+
     def add(self, event: Event) -> tuple[Block | None, Block | None]:
         """Record a content event; returns (the block it closed, the block it opened)."""
         if isinstance(event, ToolCallStarted):

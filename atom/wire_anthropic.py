@@ -106,11 +106,8 @@ class MessagesBodyRenderer:
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
             return _error_output(event)
-        if is_content(event):
-            self._answer.add(event)
-        elif isinstance(event, ChoiceFinished):
-            self._answer.finished = event
-        elif isinstance(event, RequestCompleted):
+        self._answer.record(event)
+        if isinstance(event, RequestCompleted):
             self.has_started = True
             return Output(body=dumps(self._message(event)), is_final=True)
         return None

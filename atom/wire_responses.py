@@ -117,11 +117,8 @@ class ResponsesBodyRenderer:
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
             return error_output(event)
-        if is_content(event):
-            self._response.answer.add(event)
-        elif isinstance(event, ChoiceFinished):
-            self._response.answer.finished = event
-        elif isinstance(event, RequestCompleted):
+        self._response.answer.record(event)
+        if isinstance(event, RequestCompleted):
             self.has_started = True
             return Output(body=dumps(self._response.body(event, None)), is_final=True)
         return None

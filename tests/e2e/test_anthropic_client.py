@@ -6,15 +6,11 @@ import anthropic
 import pytest
 
 from tests.e2e.conftest import Server
-from tests.weather import WEATHER
+from tests.weather import ANTHROPIC_WEATHER
 
 pytestmark = pytest.mark.slow
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-TOOL = {
-    "name": "get_weather",
-    "description": "The weather in a city",
-    "input_schema": WEATHER["function"]["parameters"],  # type: ignore[index]
-}
+TOOL = ANTHROPIC_WEATHER
 
 
 def client(server: Server) -> anthropic.Anthropic:

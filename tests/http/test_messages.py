@@ -16,19 +16,11 @@ from atom.http.app import create_app
 from atom.replay import project, reparse
 from atom.request_log import read_log
 from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
-from tests.weather import WEATHER
+from tests.weather import ANTHROPIC_WEATHER, CALL_REPLY, WEATHER
 
 MODEL = "SmolLM2-135M-Instruct"
 ASK = [{"role": "user", "content": "Say hello."}]
-CALL_REPLY = (
-    "Let me check.<tool_call>\n"
-    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-)
-TOOL = {
-    "name": "get_weather",
-    "description": "Weather of a city",
-    "input_schema": WEATHER["function"]["parameters"],  # type: ignore[index]
-}
+TOOL = ANTHROPIC_WEATHER
 
 
 def client(url: str) -> anthropic.Anthropic:

@@ -16,13 +16,9 @@ from atom.http.app import create_app
 from atom.replay import project, reparse
 from atom.request_log import read_log
 from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
-from tests.weather import WEATHER
+from tests.weather import CALL_REPLY, WEATHER
 
 MODEL = "SmolLM2-135M-Instruct"
-CALL_REPLY = (
-    "Let me check.<tool_call>\n"
-    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-)
 TOOL = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
 
 
