@@ -165,3 +165,22 @@ async def test_background_responses_finish_in_the_store_or_are_cancelled(
     assert refused.status_code == 400
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "background"
     assert served.status_code == 200
+
+
+async def test_bad_bodies_are_400s_naming_the_field(tokenizer: Any) -> None:
+    app = create_app(Settings(), load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        bodies = {
+            "input": {"model": MODEL},
+            "nope": {"input": "hi", "nope": 1},
+            "temperature": {"input": "hi", "temperature": 3},
+            "input.0.content.0": {"input": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]},
+        }  # fmt: skip
+        answers = {p: await http.post("/v1/responses", json=b) for p, b in bodies.items()}
+        served = await http.post("/v1/responses", json={"input": "hi"})
+    for param, answer in answers.items():
+        assert answer.status_code == 400, (param, answer.text)
+        assert answer.json()["error"]["param"] == param, answer.text
+    assert served.status_code == 200
