@@ -91,6 +91,7 @@ TORCH_FREE = [
     "atom.replay",
     "atom.text.pipeline",
     "atom.http.schemas",
+    "atom.responses_store",
 ]
 
 

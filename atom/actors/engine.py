@@ -22,6 +22,7 @@ from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
 from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
+from atom.actors.tap import OutputTap
 from atom.config import Settings
 from atom.errors import EngineFailed
 from atom.metrics import Metrics
@@ -55,6 +56,7 @@ class Detached:
 
     cancel: Callable[[str], None]  # ends it, with the reason the log gives
     done: trio.Event
+    tap: OutputTap | None = None  # its output, when it streams
 
 
 def terminate_process(grace_s: float = 1.0) -> None:
@@ -104,12 +106,16 @@ class Engine:
             self.has_stopped = True
 
     def start_detached(
-        self, key: str, run: Callable[[], Awaitable[None]], cancel: Callable[[str], None]
-    ) -> None:
+        self,
+        key: str,
+        run: Callable[[], Awaitable[None]],
+        cancel: Callable[[str], None],
+        tap: OutputTap | None = None,
+    ) -> Detached:
         """Run `run` in the engine's nursery until it ends or the engine stops."""
         if self._nursery is None or self.has_stopped:
             raise EngineFailed("the engine has stopped; the server is shutting down")
-        entry = Detached(cancel=cancel, done=trio.Event())
+        entry = Detached(cancel=cancel, done=trio.Event(), tap=tap)
         self.detached[key] = entry
 
         async def detached() -> None:
@@ -120,6 +126,7 @@ class Engine:
                 entry.done.set()
 
         self._nursery.start_soon(detached)
+        return entry
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import trio
 
 from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
+from atom.actors.tap import OutputTap
 from atom.config import Settings
 from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
 from atom.events import RequestReceived, Submit
@@ -56,17 +57,19 @@ async def serve_generation(
         return
     assert engine.core is not None
     if request.plan.shape.request_fields.get("background"):
-        await _start_background(engine, engine.core, request, send, scope["path"])
+        await _start_background(engine, request, receive, send, scope["path"])
         return
     respond = AsgiResponder(send).respond
     await RequestActor(engine.core, request, receive=receive, respond=respond).run()
 
 
 async def _start_background(
-    engine: Engine, core: EngineCore, request: GenerationRequest, send: ASGISend, path: str
+    engine: Engine, request: GenerationRequest, receive: ASGIReceive, send: ASGISend, path: str
 ) -> None:
     """A background response runs detached from this connection (its result goes to the
-    store, atom/responses_store.py); the client gets the `queued` Response object now."""
+    store, atom/responses_store.py). Not streamed, the client gets the `queued`
+    Response object now; streamed, it follows the events until it leaves, and the
+    response carries on without it (atom/http/stored.py resumes the stream)."""
 
     async def no_disconnect() -> MutableMapping[str, Any]:
         await trio.sleep_forever()
@@ -75,14 +78,38 @@ async def _start_background(
     async def nowhere(output: Output) -> None:
         pass
 
-    actor = RequestActor(core, request, receive=no_disconnect, respond=nowhere)
+    tap = OutputTap() if request.plan.shape.stream else None
+    respond = nowhere if tap is None else tap.respond
+    assert engine.core is not None
+    actor = RequestActor(engine.core, request, receive=no_disconnect, respond=respond)
     try:
-        engine.start_detached(actor.request_id, actor.run, actor.cancel)
+        engine.start_detached(actor.request_id, actor.run, actor.cancel, tap)
     except AtomError as error:
         await send_error(send, error, path)
         return
+    if tap is not None:
+        await follow_tap(tap, 0, receive, send)
+        return
     queued = ResponsesBodyRenderer(request.received, request.plan.shape).snapshot("queued")
     await AsgiResponder(send).respond(Output(body=dumps(queued), is_final=True))
+
+
+async def follow_tap(tap: OutputTap, start: int, receive: ASGIReceive, send: ASGISend) -> None:
+    """Send a detached request's events from `start` on until the last one or until the
+    client leaves (which ends only this reading)."""
+    responder = AsgiResponder(send)
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        async for event, is_last in tap.follow(start):
+            assert tap.first is not None  # the status and content type
+            await responder.respond(replace(tap.first, body=event, is_final=is_last))
+        nursery.cancel_scope.cancel()
 
 
 async def send_error(send: ASGISend, error: AtomError, path: str) -> None:

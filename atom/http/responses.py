@@ -39,8 +39,6 @@ _ITEMS = TypeAdapter(list[Item])
 
 def plan(settings: Settings, core: EngineCore, body: ResponsesRequest) -> Planned:
     """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
-    if body.background and body.stream:
-        raise InvalidRequest("background responses cannot be streamed yet", param="background")
     if body.background and not body.store:
         raise InvalidRequest("a background response needs store", param="store")
     items = _input_items(body)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -20,6 +21,8 @@ from atom.wire import dumps
 def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/v1/responses/<response_id>")
     async def get_response(response_id: str) -> Response:
+        if request.args.get("stream") == "true":
+            return _resumed(engine, response_id, request.args.get("starting_after", "-1"))
         return _json(_stored(engine, response_id).response)
 
     @app.get("/v1/responses/<response_id>/input_items")
@@ -44,6 +47,28 @@ def _stored(engine: Engine, response_id: str) -> StoredResponse:
     if found is None:
         raise ResponseNotFound(f"Response with id {response_id!r} not found.")
     return found
+
+
+def _resumed(engine: Engine, response_id: str, starting_after: str) -> Response:
+    """A running streamed background response's events after `starting_after` (a
+    sequence number), then the rest as they come."""
+    running = engine.detached.get(response_id)
+    if running is None or running.tap is None:
+        _stored(engine, response_id)  # 404 for an unknown id
+        raise InvalidRequest(
+            "only a running, streamed background response can be streamed again; "
+            "GET it without stream",
+            param="stream",
+        )
+    if not starting_after.lstrip("-").isdigit():
+        raise InvalidRequest("starting_after must be a sequence number", param="starting_after")
+    tap = running.tap
+
+    async def events() -> AsyncIterator[bytes]:
+        async for event, _ in tap.follow(max(int(starting_after) + 1, 0)):
+            yield event
+
+    return Response(events(), content_type="text/event-stream")
 
 
 def _items_page(stored: StoredResponse, response_id: str, order: str) -> dict[str, Any]:

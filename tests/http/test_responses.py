@@ -157,14 +157,40 @@ async def test_background_responses_finish_in_the_store_or_are_cancelled(
         later = (await http.get(f"/v1/responses/{doomed['id']}")).json()
         plain = (await http.post("/v1/responses", json={**body, "background": False})).json()
         refused = await http.post(f"/v1/responses/{plain['id']}/cancel")
-        streamed = await http.post("/v1/responses", json={**body, "stream": True})
         served = await http.post("/v1/responses", json={**body, "background": False})
     assert queued["status"] == "queued" and queued["background"] is True
     assert done["output"][0]["content"][0]["text"] == FAKE_REPLY and done["background"] is True
     assert cancelled["status"] == later["status"] == "cancelled"
     assert refused.status_code == 400
-    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "background"
     assert served.status_code == 200
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(chunk.split(b"\ndata: ", 1)[1]) for chunk in raw.split(b"\n\n") if chunk]
+
+
+async def test_a_streamed_background_response_outlives_its_client_and_resumes(
+    tokenizer: Any,
+) -> None:
+    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.05))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        body = {"model": MODEL, "input": "Say hello.", "background": True, "stream": True}
+        async with http.stream("POST", "/v1/responses", json=body) as r:
+            first = await r.aiter_raw().__anext__()  # then the client leaves
+        rid = _events(first)[0]["response"]["id"]
+        after_two = {"stream": "true", "starting_after": "2"}
+        resumed = await http.get(f"/v1/responses/{rid}", params=after_two)
+        while (await http.get(f"/v1/responses/{rid}")).json()["status"] != "completed":
+            await trio.sleep(0.05)
+        done = (await http.get(f"/v1/responses/{rid}")).json()
+        too_late = await http.get(f"/v1/responses/{rid}", params={"stream": "true"})
+    events = _events(resumed.content)
+    assert events[0]["sequence_number"] == 3 and events[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in events] == list(range(3, 3 + len(events)))
+    assert done["output"][0]["content"][0]["text"] == FAKE_REPLY
+    assert events[-1]["response"]["output"] == done["output"]
+    assert too_late.status_code == 400 and too_late.json()["error"]["param"] == "stream"
 
 
 async def test_bad_bodies_are_400s_naming_the_field(tokenizer: Any) -> None:
