@@ -8,12 +8,19 @@ import os
 import sys
 from dataclasses import fields
 
-from atom.config import HELP, Settings
+from atom.config import HELP, Settings, parse_list
 from atom.replay import project, reparse
 from atom.request_log import read_log
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _replay(args)
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="atom")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model over the OpenAI HTTP API")
@@ -23,11 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     defaults = Settings()
     for f in fields(Settings):
         default = getattr(defaults, f.name)
-        shown = "" if default is None else f"; default: {default}"
+        value = json.dumps(list(default)) if isinstance(default, tuple) else default
+        shown = "" if default is None else f"; default: {value}"
         serve.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
             default=None,
+            action="append" if isinstance(default, tuple) else "store",
             help=f"{HELP[f.name]} (env ATOM_{f.name.upper()}{shown})".replace("%", "%%"),
         )
     replay = commands.add_parser("replay", help="rebuild the responses recorded in a request log")
@@ -37,21 +46,24 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("--tool-call-parser", help="re-parse the recorded tokens with this parser")
     replay.add_argument("--reasoning-parser", help="re-parse the recorded tokens with this parser")
     replay.add_argument("--model", help="model whose tokenizer re-parsing uses (default: embedded)")
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    return _replay(args)
+    return parser
 
 
 def _serve(args: argparse.Namespace) -> int:
-    values = {f.name: getattr(args, f.name) for f in fields(Settings)}
-    values["model"] = values["model"] or args.model_path
-    # Flags parse exactly as their ATOM_* variables do (ints, floats, true/false).
-    settings = Settings.from_env(
-        {f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None}
-    )
+    settings = settings_of(args)
     env = {**os.environ, **settings.to_env()}
     os.execvpe(sys.executable, serve_command(args.host, args.port, settings), env)
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The flags of `atom serve`, read exactly as their ATOM_* variables are."""
+    values = {f.name: getattr(args, f.name) for f in fields(Settings)}
+    values["model"] = values["model"] or args.model_path
+    for name, value in values.items():
+        if isinstance(value, list):  # a repeatable flag: each may be a JSON or comma list
+            flag = f"--{name.replace('_', '-')}"
+            values[name] = json.dumps([v for raw in value for v in parse_list(raw, flag)])
+    return Settings.from_env({f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None})
 
 
 def serve_command(host: str, port: int, settings: Settings) -> list[str]:

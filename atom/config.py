@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -37,6 +38,13 @@ class Settings:
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
     responses_store_max: int = 1000  # stored Responses API responses
+    api_key: tuple[str, ...] = ()  # clients must send one of them (Bearer or x-api-key)
+    api_key_file: str | None = None  # more keys, one a line
+    protect_metrics: bool = False  # /metrics needs a key too
+    allowed_origins: tuple[str, ...] = ("*",)  # CORS, as vLLM
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
     request_log: str | None = None
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     device: str | None = None
@@ -67,7 +75,7 @@ class Settings:
     def to_env(self) -> dict[str, str]:
         """The `ATOM_*` variables that reproduce these settings (for hypercorn's import)."""
         return {
-            f"ATOM_{f.name.upper()}": str(getattr(self, f.name))
+            f"ATOM_{f.name.upper()}": _unparse(getattr(self, f.name))
             for f in fields(self)
             if getattr(self, f.name) is not None
         }
@@ -101,6 +109,13 @@ HELP = {
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
     "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
+    "api_key": "a key clients must send (Authorization: Bearer KEY or x-api-key); repeatable",
+    "api_key_file": "a file of keys, one a line",
+    "protect_metrics": "/metrics needs a key too",
+    "allowed_origins": "CORS: origins allowed, a JSON list or comma-separated",
+    "allowed_methods": "CORS: methods allowed",
+    "allowed_headers": "CORS: request headers allowed",
+    "allow_credentials": "CORS: allow credentials",
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
     "request_log": "JSONL event log path (default: off)",
@@ -122,7 +137,23 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
         if raw.lower() not in _BOOLS:
             raise ValueError(f"ATOM_{f.name.upper()}: expected true or false, got {raw!r}")
         return _BOOLS[raw.lower()]
+    if kind.startswith("tuple"):
+        return parse_list(raw, f"ATOM_{f.name.upper()}")
     return raw
+
+
+def parse_list(raw: str, name: str) -> tuple[str, ...]:
+    """vLLM's JSON form (`'["a", "b"]'`) or a plain comma-separated list."""
+    if raw.lstrip().startswith("["):
+        value = json.loads(raw)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{name}: expected a JSON list of strings, got {raw!r}")
+        return tuple(value)
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _unparse(value: Any) -> str:
+    return json.dumps(list(value)) if isinstance(value, tuple) else str(value)
 
 
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}

@@ -55,6 +55,12 @@ class RouteNotFound(AtomError):
     code = "not_found"
 
 
+class Unauthorized(AtomError):
+    status = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
 class ResponseNotFound(AtomError):
     status = 404
     error_type = "invalid_request_error"

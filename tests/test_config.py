@@ -41,3 +41,23 @@ def test_every_setting_has_a_flag_with_its_help_and_default(
 def test_unknown_atom_variables_are_named() -> None:
     env = {"ATOM_MAX_NUM_SEQS": "4", "ATOM_MAX_NUM_SEQ": "4", "HOME": "/"}
     assert unknown_env(env) == ["ATOM_MAX_NUM_SEQ"]
+
+
+def test_lists_take_vllm_json_or_commas_and_round_trip() -> None:
+    as_json = Settings.from_env({"ATOM_ALLOWED_ORIGINS": '["https://a.example", "http://b"]'})
+    as_commas = Settings.from_env({"ATOM_ALLOWED_ORIGINS": "https://a.example, http://b"})
+    assert as_json.allowed_origins == as_commas.allowed_origins == ("https://a.example", "http://b")
+    assert Settings.from_env(as_json.to_env()) == as_json
+    with pytest.raises(ValueError, match="ATOM_API_KEY"):
+        Settings.from_env({"ATOM_API_KEY": '["a", 1]'})
+
+
+def test_list_flags_repeat_and_take_either_form() -> None:
+    from atom.cli import parser, settings_of
+
+    args = parser().parse_args(
+        ["serve", "--api-key", "a", "--api-key", '["b", "c"]', "--allowed-origins", "x,y"]
+    )
+    settings = settings_of(args)
+    assert settings.api_key == ("a", "b", "c") and settings.allowed_origins == ("x", "y")
+    assert settings.allowed_methods == ("*",)  # the default, as vLLM

@@ -25,8 +25,10 @@ from atom.errors import (
     InvalidRequest,
     MethodNotAllowed,
     RouteNotFound,
+    Unauthorized,
 )
 from atom.http import info, stored, tokenize
+from atom.http.access import Access, is_preflight
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
 from atom.http.chat import check_parser_names
@@ -41,6 +43,7 @@ class AtomApp:
     def __init__(self, quart: QuartTrio, engine: Engine) -> None:
         self.quart = quart
         self.engine = engine
+        self.access = Access(engine.settings)
 
     async def __call__(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
@@ -48,11 +51,9 @@ class AtomApp:
         if scope["type"] != "http":
             await self.quart(scope, receive, send)  # type: ignore[arg-type]
             return
-        if scope["path"] in ROUTES and scope["method"] == "POST":
-            await serve_generation(self.engine, scope, receive, send)
-            return
-        # Every other route gets its body read whole first, within the same limits: an
-        # answer sent before the body was read (a 404 or 405) left hypercorn's keep-alive
+        send = self.access.with_cors(scope, send)
+        # Every body is read whole first, within atom/http/body.py's limits: an answer
+        # sent before the body was read (a 401, 404 or 405) left hypercorn's keep-alive
         # connection stuck, and the client's next request on it hung.
         try:
             raw = await read_body(receive, timeout_s=self.engine.settings.body_timeout)
@@ -61,11 +62,30 @@ class AtomApp:
             return
         if raw is None:
             return  # the client left
+        if is_preflight(scope):
+            await self._preflight(scope, send)
+            return
+        if not self.access.is_allowed(scope):
+            unknown = Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
+            await send_error(send, unknown, scope["path"])
+            return
+        if scope["path"] in ROUTES and scope["method"] == "POST":
+            await serve_generation(self.engine, scope, raw, receive, send)
+            return
         if scope["path"] in ROUTES:
             refused = MethodNotAllowed(f"use POST for {scope['path']}")
             await send_error(send, refused, scope["path"])
             return
         await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
+
+    async def _preflight(self, scope: MutableMapping[str, Any], send: ASGISend) -> None:
+        headers = self.access.preflight_headers(scope)
+        status = 400 if headers is None else 200  # a refused origin or method: 400
+        body = b"" if headers is not None else b"Disallowed CORS origin or method"
+        start = {"type": "http.response.start", "status": status}
+        length = [(b"content-length", str(len(body)).encode())]
+        await send({**start, "headers": [*(headers or []), *length]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _replaying(body: bytes, receive: ASGIReceive) -> ASGIReceive:

@@ -24,7 +24,7 @@ from atom.http import chat, completions, messages, responses
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend
-from atom.http.body import decode_json, read_body
+from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
@@ -43,13 +43,15 @@ ROUTES = {
 
 
 async def serve_generation(
-    engine: Engine, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
+    engine: Engine,
+    scope: MutableMapping[str, Any],
+    raw: bytes,
+    receive: ASGIReceive,
+    send: ASGISend,
 ) -> None:
+    """`raw` is the body, already read (atom/http/app.py); `receive` gives what follows."""
     endpoint = ROUTES[scope["path"]]
     try:
-        raw = await read_body(receive, timeout_s=engine.settings.body_timeout)
-        if raw is None:
-            return  # the client left before sending its body
         # Templates, tokenization and grammar validation run off the event loop.
         request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
     except AtomError as error:
