@@ -56,14 +56,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The flags of `atom serve`, read exactly as their ATOM_* variables are."""
+    """The ATOM_* variables, overridden by the flags of `atom serve` (read exactly as
+    their variables are)."""
     values = {f.name: getattr(args, f.name) for f in fields(Settings)}
     values["model"] = values["model"] or args.model_path
     for name, value in values.items():
         if isinstance(value, list):  # a repeatable flag: each may be a JSON or comma list
             flag = f"--{name.replace('_', '-')}"
             values[name] = json.dumps([v for raw in value for v in parse_list(raw, flag)])
-    return Settings.from_env({f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None})
+    flags = {f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None}
+    return Settings.from_env({**os.environ, **flags})
 
 
 def serve_command(host: str, port: int, settings: Settings) -> list[str]:
@@ -72,9 +74,16 @@ def serve_command(host: str, port: int, settings: Settings) -> list[str]:
     its worker process dies). The listen backlog holds every connection the server
     promises to take (running + queued), so a burst is answered, not reset."""
     backlog = settings.max_num_seqs + settings.max_queued_requests + BACKLOG_HEADROOM
+    tls: list[str] = []
+    if settings.ssl_certfile:
+        tls += ["--certfile", settings.ssl_certfile]
+    if settings.ssl_keyfile:
+        tls += ["--keyfile", settings.ssl_keyfile]
+    if settings.ssl_ca_certs:
+        tls += ["--ca-certs", settings.ssl_ca_certs, "--verify-mode", "CERT_REQUIRED"]
     return [
         *(sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"),
-        *("-b", f"{host}:{port}", "--backlog", str(backlog), "atom.http:app"),
+        *("-b", f"{host}:{port}", "--backlog", str(backlog), *tls, "atom.http:app"),
     ]
 
 

@@ -45,6 +45,9 @@ class Settings:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    ssl_certfile: str | None = None  # TLS (atom serve hands these to hypercorn)
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None  # client certificates are then required
     request_log: str | None = None
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     device: str | None = None
@@ -116,6 +119,9 @@ HELP = {
     "allowed_methods": "CORS: methods allowed",
     "allowed_headers": "CORS: request headers allowed",
     "allow_credentials": "CORS: allow credentials",
+    "ssl_certfile": "TLS certificate (PEM) for atom serve",
+    "ssl_keyfile": "TLS private key (PEM) for atom serve",
+    "ssl_ca_certs": "CA certificates (PEM): clients must present a certificate they sign",
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
     "request_log": "JSONL event log path (default: off)",
