@@ -143,7 +143,9 @@ async def test_the_store_serves_continues_deletes_and_survives_a_restart(
 async def test_background_responses_finish_in_the_store_or_are_cancelled(
     tokenizer: Any,
 ) -> None:
-    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.05))
+    # 0.2 s a step (~4 s a reply): still running when the next request reaches it,
+    # even on a busy machine.
+    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.2))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         await wait_ready(app)
         body = {"model": MODEL, "input": "Say hello.", "background": True}
@@ -172,7 +174,9 @@ def _events(raw: bytes) -> list[dict[str, Any]]:
 async def test_a_streamed_background_response_outlives_its_client_and_resumes(
     tokenizer: Any,
 ) -> None:
-    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.05))
+    # 0.2 s a step (~4 s a reply): still running when the next request reaches it,
+    # even on a busy machine.
+    app = create_app(Settings(), load=fake_loader(tokenizer, step_delay_s=0.2))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         await wait_ready(app)
         body = {"model": MODEL, "input": "Say hello.", "background": True, "stream": True}
