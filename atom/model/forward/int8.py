@@ -11,8 +11,9 @@ float and scale the result.
 Activations are never quantized. torch's fbgemm dynamic-quantization kernel,
 which this layer used for more than two rows before, quantizes a whole batch of
 activations to one 7-bit range: on SmolLM2 its logits' top token agreed with
-float32's at only ~45 % of positions of a real text (docs/performance.md), where
-per-row float activations agree as float32 does with itself.
+float32's at 64 % of 141 positions of a plain English text (`python -m
+bench.quant_agreement`, Intel Xeon), where per-row float activations agree as
+float32 does with itself.
 """
 
 from __future__ import annotations
