@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from atom.text.parsers import tool_format
+from atom.text.parsers import TOOL_PARSERS, tool_format
 from atom.text.tools.base import (
     ArgumentsDelta,
     ContentDelta,
@@ -122,3 +124,57 @@ def test_arguments_stream_as_they_arrive() -> None:
 def test_unknown_parser_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="hermes"):
         tool_format("nope")
+
+
+FRAGMENTS = [
+    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<|tool_call|>",
+    "<|python_start|>", "<|python_end|>", "<function=f>", "<parameter=a>", "</parameter>",
+    "</function>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "functions.f:0",
+    '{"name": "f", "arguments": {"a": 1}}', '{"name": "f\\q", ', '"\\u12"', '"parameters": ',
+    "[f(a=1)]", "[f(a={1, 2})]", "b'x'", "1j", "{", "}", "[", "]", '"', ",", ";", ":", "\\",
+    " ", "\n", "x", "```json\n", "```",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)  # longer: bench/ or by hand
+@given(
+    name=st.sampled_from(sorted(TOOL_PARSERS)),
+    pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=14),
+    cuts=st.lists(st.integers(min_value=1, max_value=7), max_size=40),
+)
+def test_no_parser_raises_on_any_text_and_streaming_agrees(
+    name: str, pieces: list[str], cuts: list[int]
+) -> None:
+    text = "".join(pieces)
+    whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    stream = ToolStream(tool_format(name, SCHEMAS), id_seed="seed")
+    deltas, pos = [], 0
+    for cut in cuts:
+        deltas += stream.feed(text[pos : pos + cut])
+        pos += cut
+    deltas += stream.feed(text[pos:]) + stream.flush()
+    content = "".join(d.text for d in deltas if isinstance(d, ContentDelta))
+    names = [d.name for d in deltas if isinstance(d, ToolCallStart)]
+    assert names == [c.name for c in whole.calls]
+    assert content == whole.content
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("hermes", '<tool_call>{"name": "f\\q", "arguments": {}}</tool_call>'),
+        ("hermes", '<tool_call>{"na\\u12me": "f", "arguments": {}}</tool_call>'),
+        ("mistral", '[TOOL_CALLS] [{"name": "f\\q", "arguments": {}}]'),
+        ("llama3_json", '{"name": "\\u12", "parameters": {}}'),
+        ("granite", '<|tool_call|>[{"name": "f\\q", "arguments": {}}]'),
+        ("pythonic", "[f(a={1, 2})]"),
+        ("pythonic", "[f(a=b'x')]"),
+        ("pythonic", "[f(a=1j)]"),
+        ("pythonic", "[f(a={[1]: 2})]"),
+    ],
+)
+def test_malformed_calls_stay_content(name: str, text: str) -> None:
+    parsed = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    assert parsed.calls == () and parsed.content == text

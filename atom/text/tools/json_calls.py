@@ -28,7 +28,9 @@ def object_fields(text: str, start: int) -> tuple[dict[str, tuple[int, int | Non
         key_end = json_string_end(text, i) if text[i] == '"' else None
         if key_end is None:
             return fields, None
-        key = json.loads(text[i:key_end])
+        key = _string(text[i:key_end])
+        if key is None:
+            return fields, None  # an invalid escape: not a JSON object
         i = skip_space(text, key_end)
         if i >= len(text) or text[i] != ":":
             return fields, None
@@ -41,6 +43,16 @@ def object_fields(text: str, start: int) -> tuple[dict[str, tuple[int, int | Non
     return fields, None
 
 
+def _string(literal: str) -> str | None:
+    """A complete JSON string literal's value; None when it holds an invalid escape
+    (`"\\q"`, `"\\u12"`), which the string scanner cannot tell from a valid one."""
+    try:
+        value = json.loads(literal)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
 def read_call(text: str, start: int, *, limit: int) -> tuple[PartialCall | None, int | None]:
     """The call object at `start`, read no further than `limit`: (call once its name is
     complete, else None; the object's end when it is complete)."""
@@ -50,7 +62,9 @@ def read_call(text: str, start: int, *, limit: int) -> tuple[PartialCall | None,
     name_span = fields.get("name")
     if name_span is None or name_span[1] is None or text[name_span[0]] != '"':
         return None, end
-    name = json.loads(text[name_span[0] : name_span[1]])
+    name = _string(text[name_span[0] : name_span[1]])
+    if name is None:
+        return None, None  # an invalid escape in the name: no call, the text stays content
     arg_span = next((fields[k] for k in ARG_KEYS if k in fields), None)
     if arg_span is None:
         return PartialCall(

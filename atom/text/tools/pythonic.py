@@ -68,13 +68,20 @@ def _calls(source: str) -> tuple[PartialCall, ...] | None:
     for node in tree.elts:
         assert isinstance(node, ast.Call)
         name = ast.unparse(node.func)
-        try:
-            args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-        except ValueError:
-            return None
         if node.args:
             return None
-        calls.append(
-            PartialCall(name=name, arguments=json.dumps(args, ensure_ascii=False), is_complete=True)
-        )
+        arguments = _json_arguments(node)
+        if arguments is None:
+            return None
+        calls.append(PartialCall(name=name, arguments=arguments, is_complete=True))
     return tuple(calls)
+
+
+def _json_arguments(call: ast.Call) -> str | None:
+    """The keyword arguments as a JSON object; None for values that are no JSON (sets,
+    bytes, complex numbers, non-string keys) or no literals: the text stays content."""
+    try:
+        args = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+        return json.dumps(args, ensure_ascii=False)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
