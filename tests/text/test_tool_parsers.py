@@ -178,3 +178,17 @@ def test_no_parser_raises_on_any_text_and_streaming_agrees(
 def test_malformed_calls_stay_content(name: str, text: str) -> None:
     parsed = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
     assert parsed.calls == () and parsed.content == text
+
+
+def test_a_close_marker_inside_a_json_string_is_text_whole_and_streamed() -> None:
+    call = '{"name": "get_weather", "arguments": {"city": "a</tool_call>b"}}'
+    text = f"Sure.<tool_call>{call}</tool_call> Done. <tool_call>oops</tool_call> end"
+    whole = parse(tool_format("hermes", SCHEMAS), text, id_seed="seed")
+    assert [json.loads(c.arguments) for c in whole.calls] == [{"city": "a</tool_call>b"}]
+    assert whole.content == "Sure. Done. <tool_call>oops</tool_call> end"
+    stream = ToolStream(tool_format("hermes", SCHEMAS), id_seed="seed")
+    deltas = [d for ch in text for d in stream.feed(ch)] + stream.flush()
+    assert (
+        "".join(d.text for d in deltas if isinstance(d, ArgumentsDelta)) == whole.calls[0].arguments
+    )
+    assert "".join(d.text for d in deltas if isinstance(d, ContentDelta)) == whole.content

@@ -78,12 +78,15 @@ def scan_blocks(
     close_marker: str,
     is_final: bool,
     read: Callable[[int, int], PartialCall | None],
+    body_end: Callable[[int], int | None] | None = None,
 ) -> Scan:
     """Content with `open … close` call blocks anywhere in it (hermes, qwen3_coder).
 
     `read(start, limit)` reads the call in text[start:limit] (None until its name is
     complete). A possible marker prefix at the end waits; a closed block, or one cut
-    off by the end of the output, without a call stays in the content."""
+    off by the end of the output, without a call stays in the content. With
+    `body_end(start)` (where the block's JSON body ends, None while unfinished) the
+    close marker counts only after the body: one inside a JSON string is text."""
     content: list[str] = []
     calls: list[PartialCall] = []
     pos = 0
@@ -94,7 +97,7 @@ def scan_blocks(
             content.append(tail[: len(tail) - (0 if is_final else held_back(tail, [open_marker]))])
             return Scan(content="".join(content), calls=tuple(calls))
         content.append(text[pos:i])
-        j = text.find(close_marker, i)
+        j = _close(text, i + len(open_marker), close_marker, body_end)
         limit = j if j >= 0 else len(text) - (0 if is_final else held_back(text, [close_marker]))
         call = read(i + len(open_marker), limit)
         if call is not None:
@@ -104,6 +107,14 @@ def scan_blocks(
         if j < 0:
             return Scan(content="".join(content), calls=tuple(calls))
         pos = j + len(close_marker)
+
+
+def _close(text: str, start: int, marker: str, body_end: Callable[[int], int | None] | None) -> int:
+    """Where the block opened before `start` closes; -1 while it has not."""
+    if body_end is None:
+        return text.find(marker, start)
+    end = body_end(start)
+    return -1 if end is None else text.find(marker, end)
 
 
 def call_id(id_seed: str, index: int) -> str:

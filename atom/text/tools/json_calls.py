@@ -87,8 +87,20 @@ class Hermes:
         def read(start: int, limit: int) -> PartialCall | None:
             return read_call(text, skip_space(text, start), limit=limit)[0]
 
+        def body_end(start: int) -> int | None:
+            """After the block's JSON object; a block that is no JSON ends at the marker."""
+            i = skip_space(text, start)
+            if i < len(text) and text[i] not in "{[":
+                return start
+            return json_value_end(text, i)
+
         return scan_blocks(
-            text, open_marker=self.open, close_marker=self.close, is_final=is_final, read=read
+            text,
+            open_marker=self.open,
+            close_marker=self.close,
+            is_final=is_final,
+            read=read,
+            body_end=body_end,
         )
 
 
