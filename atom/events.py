@@ -147,6 +147,10 @@ class RequestAccepted(RequestEvent):
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
     params: SamplingParams | None = None
 
+    @property
+    def prompts(self) -> tuple[tuple[int, ...], ...]:
+        return (self.prompt_ids, *self.more_prompt_ids)
+
 
 @_tagged("text_delta")
 @dataclass(frozen=True, slots=True, kw_only=True)

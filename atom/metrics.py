@@ -106,7 +106,7 @@ class Metrics:
             self._requests[rid] = RequestUsage(envelope)
         elif isinstance(event, RequestAccepted):
             self.num_waiting += 1
-            self.prompt_tokens += len(event.prompt_ids) + sum(map(len, event.more_prompt_ids))
+            self.prompt_tokens += sum(map(len, event.prompts))
         elif isinstance(event, RequestScheduled):
             self.num_waiting -= 1
             self.num_running += 1

@@ -115,7 +115,7 @@ class _Reparse:
             return  # the log began after this request did
         plan = with_params(plan_of(received), received, accepted)
         plan = replace(plan, text=plan.text.with_parsers(*self._parsers))
-        prompts = (accepted.prompt_ids, *accepted.more_prompt_ids)
+        prompts = accepted.prompts
         for idx in range(accepted.num_choices):
             pipeline = pipeline_for(accepted.request_id, plan, prompts, idx, self._tokenizer)
             self._pipelines[(accepted.request_id, idx)] = pipeline

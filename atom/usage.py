@@ -53,7 +53,7 @@ class RequestUsage:
     def apply(self, envelope: Envelope) -> Latencies:
         event = envelope.event
         if isinstance(event, RequestAccepted):
-            self._prompt_tokens = len(event.prompt_ids) + sum(map(len, event.more_prompt_ids))
+            self._prompt_tokens = sum(map(len, event.prompts))
             self._choices = [_Choice() for _ in range(event.num_choices)]
         elif isinstance(event, TokensSampled):
             return self._on_tokens(event, envelope.at)

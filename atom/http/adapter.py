@@ -6,7 +6,7 @@ into a RequestPlan and the prompts' token ids; nothing after it reads the body.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from atom.config import Settings
@@ -20,6 +20,11 @@ class Planned:
     plan: RequestPlan
     prompts: tuple[tuple[int, ...], ...]  # token ids, one entry per prompt
     cache_salt: str | None = None
+
+    def reshaped(self, **changes: Any) -> Planned:
+        """The same plan with other response-shape fields (an API planned as chat)."""
+        shape = replace(self.plan.shape, **changes)
+        return replace(self, plan=replace(self.plan, shape=shape))
 
 
 def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bool) -> None:

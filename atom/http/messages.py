@@ -10,7 +10,6 @@ only the response shape differs (atom/wire_anthropic.py renders it).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from atom.actors.engine import EngineCore
@@ -43,9 +42,7 @@ def plan(settings: Settings, core: EngineCore, body: MessagesRequest) -> Planned
     knobs = (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
     sampling.update((name, value) for name, value in knobs if value is not None)
     chat_body = parse(ChatCompletionRequest, {**as_chat(body), **sampling})
-    planned = chat.plan(settings, core, chat_body)
-    shape = replace(planned.plan.shape, endpoint=Endpoint.MESSAGES)
-    return replace(planned, plan=replace(planned.plan, shape=shape))
+    return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.MESSAGES)
 
 
 def prompt_ids(settings: Settings, core: EngineCore, body: CountTokensRequest) -> tuple[int, ...]:

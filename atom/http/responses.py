@@ -9,7 +9,6 @@ atom/http/chat.py; the response shape is the Responses API's (atom/wire_response
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -44,14 +43,11 @@ def plan(settings: Settings, core: EngineCore, body: ResponsesRequest) -> Planne
     items = _input_items(body)
     earlier = _earlier(core, body.previous_response_id)
     chat_body = parse(ChatCompletionRequest, as_chat(body, [*earlier, *items]))
-    planned = chat.plan(settings, core, chat_body)
-    shape = replace(
-        planned.plan.shape,
+    return chat.plan(settings, core, chat_body).reshaped(
         endpoint=Endpoint.RESPONSES,
         request_fields=_repeated(body),
         input_items=tuple(item.model_dump(exclude_none=True) for item in items),
     )
-    return replace(planned, plan=replace(planned.plan, shape=shape))
 
 
 def _input_items(body: ResponsesRequest) -> list[Item]:
