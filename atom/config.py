@@ -10,15 +10,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """Server settings. `model=None` serves the embedded default model."""
+    """Server settings. `model` is repeatable: one server serves several models
+    (atom/model/catalog.py); empty, it serves the embedded default models."""
 
-    model: str | None = None
-    served_model_name: str | None = None
+    model: tuple[str, ...] = ()
+    served_model_name: tuple[str, ...] = ()  # by position, one name per --model
     max_model_len: int | None = None
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
@@ -55,15 +54,6 @@ class Settings:
     num_threads: int | None = None
     log_level: str = "info"
 
-    @property
-    def model_name(self) -> str:
-        """The name clients use in `model`; defaults to a readable name of the model."""
-        if self.served_model_name:
-            return self.served_model_name
-        if self.model is None:
-            return DEFAULT_MODEL_NAME
-        return Path(self.model.rstrip("/")).name.removesuffix(".gguf")
-
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read `ATOM_<FIELD>` variables; unset ones keep their defaults."""
@@ -93,8 +83,9 @@ def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
 
 # One line a setting, for `atom serve --help` (docs/configuration.md has the long form).
 HELP = {
-    "model": "a local Hugging Face folder or .gguf file (default: the embedded SmolLM2)",
-    "served_model_name": "the model name clients send and /v1/models lists",
+    "model": "a local Hugging Face folder, a .gguf file or an embedded model's name; "
+    "repeatable (default: SmolLM2-135M-Instruct and all-MiniLM-L6-v2)",
+    "served_model_name": "the name clients send for the --model at the same position",
     "max_model_len": "context limit, prompt + completion (default: the model's)",
     "max_num_seqs": "sequences in the running batch",
     "max_num_batched_tokens": "token budget of one step; longer prompts are chunked",

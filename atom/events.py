@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from atom.plan import Endpoint, RequestPlan, SamplingParams
+from atom.plan import Endpoint, PoolingPlan, RequestPlan, SamplingParams
 
 
 class FinishReason(StrEnum):
@@ -260,6 +260,44 @@ class ResponseDeleted(RequestEvent):
     """A client deleted a stored Responses API response (DELETE /v1/responses/{id})."""
 
 
+# --- pooling requests (embeddings, score, rerank, classify, pooling) ----------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingInput:
+    """One input as the model sees it; a cross-encoder's pair carries its segment ids."""
+
+    token_ids: tuple[int, ...]
+    token_type_ids: tuple[int, ...] | None = None
+
+
+@_tagged("pooling_requested")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingRequested(RequestEvent):
+    """A pooling request passed validation: its inputs, tokenized, and its plan (`body`
+    is kept for audit only)."""
+
+    endpoint: Endpoint
+    model: str
+    created: int
+    inputs: tuple[PoolingInput, ...]
+    plan: PoolingPlan
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(i.token_ids) for i in self.inputs)
+
+
+@_tagged("pooling_finished")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingFinished(RequestEvent):
+    """Every input was pooled: the model's output for each, as base64 float32 bytes
+    (exact, and a quarter of the size of JSON numbers)."""
+
+    outputs: tuple[str, ...]
+
+
 # --- events of the Batcher --------------------------------------------------
 
 
@@ -297,6 +335,7 @@ class RequestReleased(RequestEvent):
 class EngineStepped(Event):
     """One Batcher step ran; counts are for this step, usage is after it."""
 
+    model: str = ""  # the served model's name ("" in logs from before several models)
     num_tokens: int
     num_seqs: int
     kv_cache_usage: float
@@ -310,6 +349,7 @@ class EngineStepped(Event):
 class EngineIdle(Event):
     """The Batcher has nothing to run; usage is what aborts since its last step left."""
 
+    model: str = ""
     kv_cache_usage: float
 
 

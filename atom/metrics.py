@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from atom.events import (
@@ -11,6 +12,9 @@ from atom.events import (
     EngineIdle,
     EngineStepped,
     Envelope,
+    Event,
+    PoolingFinished,
+    PoolingRequested,
     RequestAborted,
     RequestAccepted,
     RequestCompleted,
@@ -60,8 +64,8 @@ class Histogram:
         return out
 
 
-class Metrics:
-    """Folds envelopes (a bus subscriber); `render` gives the Prometheus text."""
+class ModelMetrics:
+    """One model's fold of its requests' and its engine's events."""
 
     def __init__(self) -> None:
         self.num_running = 0
@@ -77,6 +81,7 @@ class Metrics:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self._requests: dict[str, RequestUsage] = {}  # until the request ends
+        self._pooling: dict[str, float] = {}  # a running pooling request's arrival time
 
     def apply(self, envelope: Envelope) -> None:
         event = envelope.event
@@ -84,6 +89,10 @@ class Metrics:
             self._on_step(event)
         elif isinstance(event, EngineIdle):
             self.kv_cache_usage = event.kv_cache_usage
+        elif isinstance(event, PoolingRequested | PoolingFinished) or (
+            isinstance(event, RequestEvent) and event.request_id in self._pooling
+        ):
+            self._on_pooling_event(envelope, event)
         elif isinstance(event, RequestEvent):
             self._on_request_event(envelope, event)
 
@@ -92,6 +101,22 @@ class Metrics:
         self.num_preemptions += event.num_preemptions
         self.prefix_cache_queries += event.prefix_cache_queries
         self.prefix_cache_hits += event.prefix_cache_hits
+
+    def _on_pooling_event(self, envelope: Envelope, event: Event) -> None:
+        """A pooling request runs from its arrival to its outputs (or error)."""
+        if isinstance(event, PoolingRequested):
+            self._pooling[event.request_id] = envelope.at
+            self.num_running += 1
+            self.prompt_tokens += event.num_prompt_tokens
+            return
+        assert isinstance(event, RequestEvent)
+        arrived = self._pooling.pop(event.request_id, None)
+        if arrived is None:
+            return
+        self.num_running -= 1
+        if isinstance(event, PoolingFinished):
+            self.success["stop"] += 1
+            self.e2e.observe(envelope.at - arrived)
 
     def _on_request_event(self, envelope: Envelope, event: RequestEvent) -> None:
         rid = event.request_id
@@ -123,36 +148,99 @@ class Metrics:
         if isinstance(event, RequestCompleted | RequestFailed | RequestAborted):
             self._requests.pop(rid, None)
 
-    def render(self, model_name: str, *, request_log_failures: int | None = None) -> str:
-        labels = f'model_name="{model_name}"'
-        lines = [
-            *_sample("num_requests_running", "gauge", labels, self.num_running),
-            *_sample("num_requests_waiting", "gauge", labels, self.num_waiting),
-            *_sample("prompt_tokens_total", "counter", labels, self.prompt_tokens),
-            *_sample("generation_tokens_total", "counter", labels, self.generation_tokens),
-            *_sample("kv_cache_usage_perc", "gauge", labels, self.kv_cache_usage),
-            *_sample("num_preemptions_total", "counter", labels, self.num_preemptions),
-            *_sample("prefix_cache_queries_total", "counter", labels, self.prefix_cache_queries),
-            *_sample("prefix_cache_hits_total", "counter", labels, self.prefix_cache_hits),
-            *_head("request_success_total", "counter"),
-        ]
-        for reason in ("stop", "length", *sorted(set(self.success) - {"stop", "length"})):
-            lines.append(
-                f'atom:request_success_total{{{labels},finished_reason="{reason}"}} '
-                f"{self.success[reason]}"
-            )
-        for name, hist in (
-            ("time_to_first_token_seconds", self.ttft),
-            ("inter_token_latency_seconds", self.itl),
-            ("e2e_request_latency_seconds", self.e2e),
-        ):
-            lines.extend(_head(name, "histogram"))
-            lines.extend(hist.lines(f"atom:{name}", labels))
+    def histogram(self, family: str) -> Histogram:
+        return {
+            "time_to_first_token_seconds": self.ttft,
+            "inter_token_latency_seconds": self.itl,
+            "e2e_request_latency_seconds": self.e2e,
+        }[family]
+
+
+class Metrics:
+    """Folds envelopes (a bus subscriber) into one ModelMetrics per served model: a
+    request's events go to the model its RequestReceived (or PoolingRequested) named,
+    an engine's to the model its events carry. `render` gives the Prometheus text."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, ModelMetrics] = {}
+        self._routes: dict[str, _Route] = {}  # by request id, while its events may come
+
+    def model(self, name: str) -> ModelMetrics:
+        return self.models.setdefault(name, ModelMetrics())
+
+    def apply(self, envelope: Envelope) -> None:
+        event = envelope.event
+        if isinstance(event, EngineStepped | EngineIdle):
+            self.model(event.model).apply(envelope)
+            return
+        if not isinstance(event, RequestEvent):
+            return
+        if isinstance(event, RequestReceived | PoolingRequested):
+            self._routes[event.request_id] = _Route(event.model)
+        route = self._routes.get(event.request_id)
+        if route is None:
+            return
+        self.model(route.model).apply(envelope)
+        if route.follow(event):
+            del self._routes[event.request_id]
+
+    def render(self, names: list[str], *, request_log_failures: int | None = None) -> str:
+        """Every metric family once, a sample per model (`model_name`, as vLLM labels)."""
+        folds = [(f'model_name="{name}"', self.model(name)) for name in names]
+        lines: list[str] = []
+        for family, kind, value in _FAMILIES:
+            lines.extend(_head(family, kind))
+            lines.extend(f"atom:{family}{{{labels}}} {value(m)}" for labels, m in folds)
+        lines.extend(_head("request_success_total", "counter"))
+        for labels, m in folds:
+            for reason in ("stop", "length", *sorted(set(m.success) - {"stop", "length"})):
+                lines.append(
+                    f'atom:request_success_total{{{labels},finished_reason="{reason}"}} '
+                    f"{m.success[reason]}"
+                )
+        for family in ("time_to_first_token_seconds", "inter_token_latency_seconds",
+                       "e2e_request_latency_seconds"):  # fmt: skip
+            lines.extend(_head(family, "histogram"))
+            for labels, m in folds:
+                lines.extend(m.histogram(family).lines(f"atom:{family}", labels))
         if request_log_failures is not None:
-            lines.extend(
-                _sample("request_log_failures_total", "counter", labels, request_log_failures)
-            )
+            lines.extend(_head("request_log_failures_total", "counter"))
+            lines.append(f"atom:request_log_failures_total {request_log_failures}")
         return "\n".join(lines) + "\n"
+
+
+@dataclass(slots=True)
+class _Route:
+    """Where a request's events go, until its last one: the request's own end (completed,
+    failed, aborted, pooled) and, once a Batcher accepted it, the Batcher's release —
+    in either order."""
+
+    model: str
+    is_accepted: bool = False
+    is_released: bool = False
+    has_ended: bool = False
+
+    def follow(self, event: Event) -> bool:
+        """Note `event`; True when no event of the request can follow it."""
+        if isinstance(event, RequestAccepted):
+            self.is_accepted = True
+        elif isinstance(event, RequestReleased):
+            self.is_released = True
+        elif isinstance(event, RequestCompleted | RequestFailed | RequestAborted | PoolingFinished):
+            self.has_ended = True
+        return self.has_ended and (self.is_released or not self.is_accepted)
+
+
+_FAMILIES: tuple[tuple[str, str, Callable[[ModelMetrics], float]], ...] = (
+    ("num_requests_running", "gauge", lambda m: m.num_running),
+    ("num_requests_waiting", "gauge", lambda m: m.num_waiting),
+    ("prompt_tokens_total", "counter", lambda m: m.prompt_tokens),
+    ("generation_tokens_total", "counter", lambda m: m.generation_tokens),
+    ("kv_cache_usage_perc", "gauge", lambda m: m.kv_cache_usage),
+    ("num_preemptions_total", "counter", lambda m: m.num_preemptions),
+    ("prefix_cache_queries_total", "counter", lambda m: m.prefix_cache_queries),
+    ("prefix_cache_hits_total", "counter", lambda m: m.prefix_cache_hits),
+)
 
 
 _HELP = {
@@ -174,7 +262,3 @@ _HELP = {
 
 def _head(name: str, kind: str) -> list[str]:
     return [f"# HELP atom:{name} {_HELP[name]}", f"# TYPE atom:{name} {kind}"]
-
-
-def _sample(name: str, kind: str, labels: str, value: float) -> list[str]:
-    return [*_head(name, kind), f"atom:{name}{{{labels}}} {value}"]

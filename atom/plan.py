@@ -19,6 +19,11 @@ class Endpoint(StrEnum):
     COMPLETIONS = "completions"
     MESSAGES = "messages"  # Anthropic's Messages API
     RESPONSES = "responses"  # OpenAI's Responses API
+    EMBEDDINGS = "embeddings"  # the pooling endpoints (PoolingPlan)
+    SCORE = "score"
+    RERANK = "rerank"
+    CLASSIFY = "classify"
+    POOLING = "pooling"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,3 +128,30 @@ class RequestPlan:
     shape: ResponseShape
     text: TextPlan
     params: SamplingParams
+
+
+class Activation(StrEnum):
+    """What turns a model's raw output into the numbers a pooling endpoint reports."""
+
+    NONE = "none"  # embeddings (normalized by the model's own modules), raw pooling
+    SIGMOID = "sigmoid"  # a one-label cross-encoder's relevance
+    SOFTMAX = "softmax"  # a classifier's label probabilities
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingPlan:
+    """What a pooling request reports of its inputs' outputs (atom/wire_pooling.py).
+
+    Each input of the request yields one float vector from the model: an embedding, or
+    a cross-encoder's or classifier's logits. `comparisons` pairs inputs by index for
+    score and rerank on an embedding model (cosine similarity); a cross-encoder's
+    inputs are the pairs themselves, in order."""
+
+    endpoint: Endpoint
+    activation: Activation = Activation.NONE
+    encoding_format: str = "float"  # or "base64": float32 bytes, as OpenAI sends them
+    dimensions: int | None = None  # keep the first n dimensions, then normalize again
+    comparisons: tuple[tuple[int, int], ...] = ()
+    documents: tuple[str, ...] = ()  # rerank: the documents, when they are returned
+    top_n: int | None = None  # rerank: the best n, best first
+    labels: tuple[str, ...] = ()  # classify: the label of each logit

@@ -16,6 +16,7 @@ from atom.events import (
     ChoiceFinished,
     Envelope,
     Event,
+    PoolingRequested,
     ReasoningDelta,
     RequestAccepted,
     RequestCompleted,
@@ -29,6 +30,7 @@ from atom.events import (
 from atom.legacy import plan_of, with_params
 from atom.renderers import Renderer, renderer_for
 from atom.text.pipeline import ChoicePipeline, pipeline_for
+from atom.wire_pooling import PoolingRenderer
 
 
 @dataclass(slots=True, kw_only=True)
@@ -52,17 +54,23 @@ class ReplayedResponse:
 
 
 def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
-    """One response per logged generation request, in arrival order."""
+    """One response per logged request (generation or pooling), in arrival order."""
     renderers: dict[str, Renderer] = {}
     responses: dict[str, ReplayedResponse] = {}
     for envelope in envelopes:
         event = envelope.event
-        if isinstance(event, RequestReceived):
-            renderers[event.request_id] = renderer_for(event, plan_of(event).shape)
+        if isinstance(event, RequestReceived | PoolingRequested):
+            renderers[event.request_id] = renderer_of(event)
             responses[event.request_id] = ReplayedResponse(request_id=event.request_id)
         elif isinstance(event, RequestEvent) and event.request_id in renderers:
             responses[event.request_id].feed(renderers[event.request_id], event)
     return list(responses.values())
+
+
+def renderer_of(received: RequestReceived | PoolingRequested) -> Renderer:
+    if isinstance(received, PoolingRequested):
+        return PoolingRenderer(received)
+    return renderer_for(received, plan_of(received).shape)
 
 
 _TEXT_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolArgumentsDelta, ChoiceFinished)

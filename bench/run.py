@@ -154,10 +154,10 @@ def transformers_floor(prompt_words: int, output_tokens: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from atom.config import Settings
-    from atom.model.loader import _local_folder
+    from atom.model.loader import local_folder
     from bench.load import prompt_text
 
-    folder = _local_folder(default_model_path(), Settings().cache_dir)
+    folder = local_folder(default_model_path(), Settings().cache_dir)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder)
     msgs = [{"role": "user", "content": prompt_text(prompt_words, 7)}]

@@ -47,7 +47,7 @@ async def one_round(client: httpx.AsyncClient, app: Any, streams: int) -> float:
         for _ in range(streams):
             nursery.start_soon(stream_then_drop)
     dropped = trio.current_time()
-    batcher = app.engine.core.batcher
+    batcher = app.engine.generation(None, "bench").batcher
     while batcher.statistics().num_running_requests:
         await trio.sleep(0.001)
     return trio.current_time() - dropped

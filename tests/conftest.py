@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -14,8 +15,11 @@ from hypercorn.config import Config
 
 from atom.config import Settings
 from atom.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
+from atom.model.catalog import ModelKind, ModelSpec
+from atom.model.fake_pooling import FakePoolingRunner
 from atom.model.fake_runner import FakeRunner
 from atom.model.loader import load_tokenizer
+from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 
 FAKE_REPLY = "Hello world, this is a fake reply. Ça marche 🙂!"
@@ -28,14 +32,17 @@ def tokenizer() -> Any:
 
 def fake_loader(
     tokenizer: Any, *, reply: str = FAKE_REPLY, step_delay_s: float = 0.0, max_model_len: int = 2048
-) -> Callable[[Settings], Runtime]:
-    """A loader for create_app/Engine: FakeRunner replying `reply`, the real tokenizer."""
+) -> Callable[[Settings, ModelSpec], Runtime | PoolingRuntime]:
+    """A loader for create_app/Engine: FakeRunner replying `reply` for generation models,
+    FakePoolingRunner for the others; the real tokenizer."""
     reply_ids = tokenizer.encode(reply, add_special_tokens=False)
 
     def script(prompt_ids: tuple[int, ...], params: Any, seed: int) -> list[int]:
         return list(reply_ids)
 
-    def load(settings: Settings) -> Runtime:
+    def load(settings: Settings, spec: ModelSpec) -> Runtime | PoolingRuntime:
+        if spec.kind is not ModelKind.GENERATE:
+            return fake_pooling_runtime(bert_tokenizer(), spec.kind)
         runner = FakeRunner(
             eos_token_id=tokenizer.eos_token_id,
             max_model_len=max_model_len,
@@ -45,6 +52,24 @@ def fake_loader(
         return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=max_model_len)
 
     return load
+
+
+@functools.cache
+def bert_tokenizer() -> Any:
+    """all-MiniLM-L6-v2's real tokenizer (WordPiece, with segment ids for pairs)."""
+    return load_tokenizer("all-MiniLM-L6-v2", cache_dir=Settings().cache_dir)
+
+
+def fake_pooling_runtime(tokenizer: Any, kind: ModelKind) -> PoolingRuntime:
+    num_dimensions = 1 if kind is ModelKind.SCORE else 8 if kind is ModelKind.EMBED else 3
+    return PoolingRuntime(
+        kind=kind,
+        runner=FakePoolingRunner(kind=kind, num_dimensions=num_dimensions),
+        tokenizer=tokenizer,
+        max_model_len=512,
+        num_dimensions=num_dimensions,
+        labels=tuple(f"label_{i}" for i in range(3)) if kind is ModelKind.CLASSIFY else (),
+    )
 
 
 @asynccontextmanager

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import json
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from atom.config import Settings, unknown_env
+from atom.model.catalog import ModelKind, served_models
 
 
 def test_environment_variables_parse_by_field_type() -> None:
@@ -13,15 +16,41 @@ def test_environment_variables_parse_by_field_type() -> None:
         "ATOM_ENABLE_PREFIX_CACHING": "false", "ATOM_SERVED_MODEL_NAME": "smol",
     })  # fmt: skip
     assert (s.max_num_seqs, s.gpu_memory_utilization, s.enable_prefix_caching) == (8, 0.5, False)
-    assert s.model_name == "smol"
+    assert served_models(s)[0].name == "smol"
     assert Settings.from_env(s.to_env()) == s
     with pytest.raises(ValueError, match="true or false"):
         Settings.from_env({"ATOM_ENABLE_PREFIX_CACHING": "maybe"})
 
 
-def test_default_model_name_is_readable() -> None:
-    assert Settings().model_name == "SmolLM2-135M-Instruct"
-    assert Settings(model="/models/Qwen3-0.6B/").model_name == "Qwen3-0.6B"
+def test_default_models_and_readable_names() -> None:
+    defaults = served_models(Settings())
+    assert [(s.name, s.kind) for s in defaults] == [
+        ("SmolLM2-135M-Instruct", ModelKind.GENERATE),
+        ("all-MiniLM-L6-v2", ModelKind.EMBED),
+    ]
+    assert served_models(Settings(model=("/models/Qwen3-0.6B/",)))[0].name == "Qwen3-0.6B"
+
+
+def test_several_models_pair_with_their_names_and_say_what_they_do(tmp_path: Path) -> None:
+    encoder, ranker = tmp_path / "enc", tmp_path / "ranker"
+    for folder, config in (
+        (encoder, {"architectures": ["BertModel"]}),
+        (ranker, {"architectures": ["BertForSequenceClassification"], "num_labels": 1}),
+    ):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+    env = {
+        "ATOM_MODEL": f"SmolLM2-135M-Instruct,{encoder},{ranker}",
+        "ATOM_SERVED_MODEL_NAME": "chat",
+    }
+    specs = served_models(Settings.from_env(env))
+    assert [(s.name, s.kind) for s in specs] == [
+        ("chat", ModelKind.GENERATE),
+        ("enc", ModelKind.EMBED),
+        ("ranker", ModelKind.SCORE),
+    ]
+    with pytest.raises(ValueError, match="one name"):
+        served_models(Settings(model=(str(encoder), str(encoder))))
 
 
 def test_every_setting_has_a_flag_with_its_help_and_default(

@@ -3,9 +3,14 @@ from __future__ import annotations
 from atom.events import (
     ChoiceFinished,
     Endpoint,
+    EngineStepped,
     Envelope,
     Event,
     FinishReason,
+    PoolingFinished,
+    PoolingInput,
+    PoolingRequested,
+    RequestAborted,
     RequestAccepted,
     RequestCompleted,
     RequestReceived,
@@ -15,6 +20,7 @@ from atom.events import (
     TokensSampled,
 )
 from atom.metrics import Metrics
+from atom.plan import PoolingPlan
 
 
 def feed(metrics: Metrics, timed: list[tuple[float, Event]]) -> None:
@@ -23,14 +29,15 @@ def feed(metrics: Metrics, timed: list[tuple[float, Event]]) -> None:
 
 
 def test_gauges_counters_and_histograms_follow_the_events() -> None:
-    m = Metrics()
+    metrics = Metrics()
+    m = metrics.model("m")
     p = SamplingParams()
-    feed(m, [
+    feed(metrics, [
         (0.0, RequestReceived(request_id="a", endpoint=Endpoint.CHAT, model="m", created=0)),
         (0.0, RequestAccepted(request_id="a", prompt_ids=(1, 2, 3), params=p, num_choices=1)),
     ])  # fmt: skip
     assert (m.num_waiting, m.num_running, m.prompt_tokens) == (1, 0, 3)
-    feed(m, [
+    feed(metrics, [
         (0.1, RequestScheduled(request_id="a", num_running=1)),
         (0.3, TokensSampled(request_id="a", choice_idx=0, token_ids=(5,))),
         (0.35, TokensSampled(request_id="a", choice_idx=0, token_ids=(6,),
@@ -39,7 +46,7 @@ def test_gauges_counters_and_histograms_follow_the_events() -> None:
     assert (m.num_waiting, m.num_running, m.generation_tokens) == (0, 1, 2)
     assert m.ttft.num == 1 and abs(m.ttft.total - 0.3) < 1e-9
     assert m.itl.num == 1 and abs(m.itl.total - 0.05) < 1e-9
-    feed(m, [
+    feed(metrics, [
         (0.4, RequestReleased(request_id="a", was_scheduled=True)),
         (0.4, ChoiceFinished(request_id="a", choice_idx=0, finish_reason=FinishReason.LENGTH,
                              num_tokens=2)),
@@ -47,7 +54,7 @@ def test_gauges_counters_and_histograms_follow_the_events() -> None:
                                tpot_s=0.05, latency_s=0.5)),
     ])  # fmt: skip
     assert m.num_running == 0 and m.e2e.num == 1 and m.success["length"] == 1
-    text = m.render("m")
+    text = metrics.render(["m"])
     assert 'atom:num_requests_running{model_name="m"} 0' in text
     assert 'atom:request_success_total{model_name="m",finished_reason="length"} 1' in text
     assert 'atom:time_to_first_token_seconds_bucket{model_name="m",le="0.5"} 1' in text
@@ -56,10 +63,39 @@ def test_gauges_counters_and_histograms_follow_the_events() -> None:
 
 
 def test_a_request_dropped_before_scheduling_leaves_waiting() -> None:
-    m = Metrics()
-    feed(m, [
+    metrics = Metrics()
+    m = metrics.model("m")
+    feed(metrics, [
+        (0.0, RequestReceived(request_id="a", endpoint=Endpoint.CHAT, model="m", created=0)),
         (0.0, RequestAccepted(request_id="a", prompt_ids=(1,), params=SamplingParams(),
                               num_choices=1)),
         (0.1, RequestReleased(request_id="a", was_scheduled=False)),
     ])  # fmt: skip
     assert (m.num_waiting, m.num_running) == (0, 0)
+
+
+def test_each_model_has_its_samples_under_one_header_per_family() -> None:
+    metrics = Metrics()
+    plan = PoolingPlan(endpoint=Endpoint.EMBEDDINGS)
+    inputs = (PoolingInput(token_ids=(1, 2)), PoolingInput(token_ids=(3,)))
+    feed(metrics, [
+        (0.0, RequestReceived(request_id="g", endpoint=Endpoint.CHAT, model="chat", created=0)),
+        (0.0, RequestAccepted(request_id="g", prompt_ids=(1, 2, 3, 4), num_choices=1)),
+        (0.0, PoolingRequested(request_id="e", endpoint=Endpoint.EMBEDDINGS, model="emb",
+                               created=0, inputs=inputs, plan=plan)),
+        (0.1, RequestScheduled(request_id="g", num_running=1)),
+        (0.1, EngineStepped(model="chat", num_tokens=4, num_seqs=1, kv_cache_usage=0.5,
+                            num_preemptions=0, prefix_cache_queries=4, prefix_cache_hits=0)),
+        (0.2, RequestAborted(request_id="g", reason="client_disconnected")),
+        (0.3, PoolingFinished(request_id="e", outputs=("", ""))),
+        (0.4, RequestReleased(request_id="g", was_scheduled=True)),  # after the abort
+    ])  # fmt: skip
+    chat, emb = metrics.model("chat"), metrics.model("emb")
+    assert (chat.num_running, chat.prompt_tokens, chat.kv_cache_usage) == (0, 4, 0.5)
+    assert (emb.num_running, emb.prompt_tokens, emb.success["stop"], emb.e2e.num) == (0, 3, 1, 1)
+    text = metrics.render(["chat", "emb"], request_log_failures=0)
+    assert text.count("# TYPE atom:prompt_tokens_total counter") == 1
+    assert 'atom:prompt_tokens_total{model_name="chat"} 4' in text
+    assert 'atom:prompt_tokens_total{model_name="emb"} 3' in text
+    assert 'atom:e2e_request_latency_seconds_count{model_name="emb"} 1' in text
+    assert "atom:request_log_failures_total 0" in text

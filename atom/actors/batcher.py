@@ -68,7 +68,9 @@ class Batcher:
         max_queued_requests: int,
         max_queue_wait_s: float = math.inf,
         device: DeviceThread,
+        model: str = "",
     ) -> None:
+        self._model = model  # the served name its engine events carry
         self._runner = runner
         self._scheduler = scheduler
         self._publish = publish
@@ -119,7 +121,8 @@ class Batcher:
             if not plan.chunks:
                 if self._scheduler.kv.usage != self._published_usage:  # aborts freed blocks
                     self._published_usage = self._scheduler.kv.usage
-                    self._publish(EngineIdle(kv_cache_usage=self._published_usage))
+                    idle = EngineIdle(model=self._model, kv_cache_usage=self._published_usage)
+                    self._publish(idle)
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
@@ -131,6 +134,7 @@ class Batcher:
                 self._deliver(output)
             self._publish(
                 EngineStepped(
+                    model=self._model,
                     num_tokens=plan.num_tokens,
                     num_seqs=len(plan.chunks),
                     kv_cache_usage=self._scheduler.kv.usage,

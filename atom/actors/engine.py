@@ -1,7 +1,8 @@
-"""Engine: the actor tree under the app — the RequestLogger, then the model load, then the Batcher.
+"""Engine: the actor tree under the app — the RequestLogger, then each model's load,
+then each model's actor (a Batcher, or a Pooler for an embedding model).
 
 `run` reports started at once so the server answers /health with 503 while the
-model loads. If loading fails or the Batcher dies, every pending request gets
+models load. If loading fails or the Batcher dies, every pending request gets
 an error and `on_fatal` stops the process loudly (no hung requests).
 """
 
@@ -22,10 +23,13 @@ from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
 from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
+from atom.actors.pooler import Pooler
 from atom.actors.tap import OutputTap
 from atom.config import Settings
-from atom.errors import EngineFailed
+from atom.errors import EngineFailed, EngineNotReady, InvalidRequest, ModelNotFound
 from atom.metrics import Metrics
+from atom.model.catalog import ModelKind, ModelSpec, served_models
+from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
@@ -38,8 +42,9 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineCore:
-    """What request actors and routes use once the model is loaded."""
+    """What request actors and routes use of a loaded generation model."""
 
+    name: str  # the served model name
     bus: EventBus
     batcher: Batcher
     tokenizer: Any
@@ -48,6 +53,33 @@ class EngineCore:
     max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
     precompile: Callable[[str], object] | None = None
     responses: ResponsesStore | None = None  # the Responses API's store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingCore:
+    """What the pooling routes use of a loaded embedding, score or classify model."""
+
+    name: str
+    kind: ModelKind
+    bus: EventBus
+    pooler: Pooler
+    tokenizer: Any
+    clock: Clock
+    max_model_len: int
+    num_dimensions: int
+    labels: tuple[str, ...] = ()
+    is_matryoshka: bool = False
+
+
+Core = EngineCore | PoolingCore
+Loaded = Runtime | PoolingRuntime
+GENERATION = frozenset({ModelKind.GENERATE})
+KIND_NAMES = {
+    ModelKind.GENERATE: "a generation model",
+    ModelKind.EMBED: "an embedding model",
+    ModelKind.SCORE: "a cross-encoder (score) model",
+    ModelKind.CLASSIFY: "a classification model",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +101,19 @@ def terminate_process(grace_s: float = 1.0) -> None:
 
 
 class Engine:
+    """Every served model's actor (a Batcher or a Pooler) over one device thread, the
+    request logger, and what is shared: the event bus, metrics and the Responses store."""
+
     def __init__(
         self,
         settings: Settings,
-        load: Callable[[Settings], Runtime],
+        load: Callable[[Settings, ModelSpec], Loaded],
         *,
         clock: Clock = time.time,
         on_fatal: Callable[[], None] = terminate_process,
     ) -> None:
         self.settings = settings
+        self.specs = served_models(settings)
         self._load = load
         self._clock = clock
         self._on_fatal = on_fatal
@@ -85,7 +121,7 @@ class Engine:
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.responses = ResponsesStore(settings.responses_store_max)
-        self.core: EngineCore | None = None
+        self.cores: dict[str, Core] = {}  # the loaded models, by served name
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
         self.detached: dict[str, Detached] = {}  # running background tasks, by request id
@@ -94,7 +130,45 @@ class Engine:
 
     @property
     def is_ready(self) -> bool:
-        return self.core is not None and not self.has_stopped
+        return len(self.cores) == len(self.specs) and not self.has_stopped
+
+    def generation(self, requested: str | None, route: str) -> EngineCore:
+        """The generation model a request names (the first one when it names none)."""
+        core = self.core(requested, GENERATION, route)
+        assert isinstance(core, EngineCore)
+        return core
+
+    def pooling(
+        self, requested: str | None, kinds: frozenset[ModelKind], route: str
+    ) -> PoolingCore:
+        core = self.core(requested, kinds, route)
+        assert isinstance(core, PoolingCore)
+        return core
+
+    def core(self, requested: str | None, kinds: frozenset[ModelKind], route: str) -> Core:
+        """The loaded model for a request to `route`, which models of `kinds` serve.
+        ModelNotFound (404) for an unknown name, InvalidRequest (400) for a model of
+        another kind, EngineNotReady (503) while it loads, EngineFailed once stopped."""
+        if self.has_stopped:
+            raise EngineFailed("the engine has stopped; the server is shutting down")
+        serving = [s.name for s in self.specs if s.kind in kinds]
+        names = ", ".join(f"`{name}`" for name in serving) or "no model here"
+        if requested is None and serving:
+            requested = serving[0]
+        spec = next((s for s in self.specs if s.name == requested), None)
+        if spec is None and requested is not None:
+            served = ", ".join(f"`{s.name}`" for s in self.specs)
+            raise ModelNotFound(
+                f"the model `{requested}` does not exist; this server serves {served}",
+                param="model",
+            )
+        if spec is None or spec.kind not in kinds:
+            kind = "" if spec is None else f"`{spec.name}` is {KIND_NAMES[spec.kind]}; "
+            raise InvalidRequest(f"{kind}{route} is served by {names}", param="model")
+        core = self.cores.get(spec.name)
+        if core is None:
+            raise EngineNotReady(f"the model `{spec.name}` is still loading; retry shortly")
+        return core
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -139,52 +213,83 @@ class Engine:
                 self.bus.subscribe(self.logger.log_nowait)
             self.bus.subscribe(self.responses.apply)
             task_status.started()
-            device = DeviceThread()  # loads the model, then runs every step
+            device = DeviceThread()  # loads the models, then runs every step of each
             try:
-                try:
-                    runtime = await device.run_sync(self._load, self.settings)
-                except Exception:
-                    log.critical("model_load_failed", model=self.settings.model, exc_info=True)
-                    self._on_fatal()
-                    return
-                await self._serve(runtime, device)
+                async with trio.open_nursery() as models:
+                    for spec in self.specs:
+                        try:
+                            loaded = await device.run_sync(self._load, self.settings, spec)
+                        except Exception:
+                            log.critical("model_load_failed", model=spec.source, exc_info=True)
+                            self._on_fatal()
+                            return
+                        models.start_soon(self._serve, spec, loaded, device)
             finally:
                 device.close()
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
 
-    async def _serve(self, runtime: Runtime, device: DeviceThread) -> None:
-        batcher = self._batcher(runtime, device)
-        runner = runtime.runner
-        self.core = EngineCore(
+    async def _serve(self, spec: ModelSpec, loaded: Loaded, device: DeviceThread) -> None:
+        """Serve one model until the engine stops; its actor failing stops the server."""
+        actor = self._actor(spec, loaded, device)
+        try:
+            await actor.run()
+        except Exception:
+            log.critical("model_actor_died", model=spec.name, exc_info=True)
+            actor.fail_all(EngineFailed("the engine failed; the server is shutting down"))
+            self._on_fatal()
+        finally:
+            actor.fail_all(EngineFailed("the server is shutting down"))
+            self.cores.pop(spec.name, None)
+
+    def _actor(self, spec: ModelSpec, loaded: Loaded, device: DeviceThread) -> Batcher | Pooler:
+        """The model's actor, its core registered for the routes."""
+        if isinstance(loaded, PoolingRuntime):
+            pooler = Pooler(
+                loaded.runner,
+                device=device,
+                max_num_batched_tokens=self.settings.max_num_batched_tokens,
+                max_queued_requests=self.settings.max_queued_requests,
+            )
+            self.cores[spec.name] = PoolingCore(
+                name=spec.name,
+                kind=loaded.kind,
+                bus=self.bus,
+                pooler=pooler,
+                tokenizer=loaded.tokenizer,
+                clock=self._clock,
+                max_model_len=loaded.max_model_len,
+                num_dimensions=loaded.num_dimensions,
+                labels=loaded.labels,
+                is_matryoshka=loaded.is_matryoshka,
+            )
+            return pooler
+        batcher = self._batcher(spec.name, loaded, device)
+        self.cores[spec.name] = EngineCore(
+            name=spec.name,
             bus=self.bus,
             batcher=batcher,
-            tokenizer=runtime.tokenizer,
+            tokenizer=loaded.tokenizer,
             clock=self._clock,
-            max_model_len=runtime.max_model_len,
-            max_prompt_chars=runtime.max_model_len * max_token_chars(runtime.tokenizer),
-            precompile=runtime.precompile,
+            max_model_len=loaded.max_model_len,
+            max_prompt_chars=loaded.max_model_len * max_token_chars(loaded.tokenizer),
+            precompile=loaded.precompile,
             responses=self.responses,
         )
+        return batcher
+
+    def _batcher(self, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
+        """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
+        s = self.settings
+        runner = runtime.runner
         log.info(
             "engine_ready",
+            model=name,
             max_model_len=runtime.max_model_len,
-            max_num_seqs=self.settings.max_num_seqs,
+            max_num_seqs=s.max_num_seqs,
             num_kv_blocks=runner.num_blocks,
             block_size=runner.block_size,
             max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
         )
-        try:
-            await batcher.run()
-        except Exception:
-            log.critical("batcher_died", exc_info=True)
-            batcher.fail_all(EngineFailed("the engine failed; the server is shutting down"))
-            self._on_fatal()
-        finally:
-            batcher.fail_all(EngineFailed("the server is shutting down"))
-
-    def _batcher(self, runtime: Runtime, device: DeviceThread) -> Batcher:
-        """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
-        s = self.settings
         kv = KVCacheManager(
             num_blocks=runtime.runner.num_blocks,
             block_size=runtime.runner.block_size,
@@ -204,6 +309,7 @@ class Engine:
             max_queued_requests=s.max_queued_requests,
             max_queue_wait_s=s.max_queue_wait,
             device=device,
+            model=name,
         )
 
     def _restore(self, log_path: str) -> None:

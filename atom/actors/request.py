@@ -199,15 +199,7 @@ class RequestActor:
 
     async def _fail(self, error: AtomError) -> None:
         self._release("failed")
-        event = RequestFailed(
-            request_id=self.request_id,
-            status=error.status,
-            message=error.message,
-            error_type=error.error_type,
-            param=error.param,
-            code=error.code,
-            retry_after_s=error.retry_after_s,
-        )
+        event = failed_event(self.request_id, error)
         with trio.move_on_after(5):  # a vanished client must not hold us
             await self._emit(event)
 
@@ -220,6 +212,19 @@ class RequestActor:
             if output.is_final:
                 self._is_done = True  # an http.disconnect from now on is the connection closing
             await self._respond(output)
+
+
+def failed_event(request_id: str, error: AtomError) -> RequestFailed:
+    """The event of a request ended by `error`: its OpenAI error body's fields."""
+    return RequestFailed(
+        request_id=request_id,
+        status=error.status,
+        message=error.message,
+        error_type=error.error_type,
+        param=error.param,
+        code=error.code,
+        retry_after_s=error.retry_after_s,
+    )
 
 
 def first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -17,7 +17,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from atom.actors.bus import Clock
-from atom.actors.engine import Engine, terminate_process
+from atom.actors.engine import Engine, Loaded, terminate_process
 from atom.actors.request import ASGIReceive
 from atom.config import Settings
 from atom.errors import (
@@ -27,14 +27,14 @@ from atom.errors import (
     RouteNotFound,
     Unauthorized,
 )
-from atom.http import info, stored, tokenize
+from atom.http import info, pooling_routes, stored, tokenize
 from atom.http.access import Access, is_preflight
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
 from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
-from atom.model.runner import Runtime
+from atom.model.catalog import ModelKind, ModelSpec
 
 
 class AtomApp:
@@ -98,17 +98,24 @@ def _replaying(body: bytes, receive: ASGIReceive) -> ASGIReceive:
     return replay
 
 
+def load_served(settings: Settings, spec: ModelSpec) -> Loaded:
+    """Load one served model: a generation runtime or a pooling one, by its kind."""
+    if spec.kind is ModelKind.GENERATE:
+        from atom.model.loader import load_runtime
+
+        return load_runtime(settings, spec)
+    from atom.model.pooling import load_pooling
+
+    return load_pooling(settings, spec)
+
+
 def create_app(
     settings: Settings,
     *,
-    load: Callable[[Settings], Runtime] | None = None,
+    load: Callable[[Settings, ModelSpec], Loaded] = load_served,
     clock: Clock = time.time,
     on_fatal: Callable[[], None] = terminate_process,
 ) -> AtomApp:
-    if load is None:
-        from atom.model.loader import load_runtime
-
-        load = load_runtime
     check_parser_names(settings)
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
     quart = QuartTrio(__name__)
@@ -126,6 +133,7 @@ def create_app(
     info.register(quart, engine)
     tokenize.register(quart, engine)
     stored.register(quart, engine)
+    pooling_routes.register(quart, engine)
     return AtomApp(quart, engine)
 
 

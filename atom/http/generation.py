@@ -18,7 +18,7 @@ from atom.actors.engine import Engine, EngineCore
 from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.actors.tap import OutputTap
 from atom.config import Settings
-from atom.errors import AtomError, EngineFailed, EngineNotReady, ModelNotFound
+from atom.errors import AtomError
 from atom.events import RequestReceived, Submit
 from atom.http import chat, completions, messages, responses
 from atom.http.adapter import Planned
@@ -40,6 +40,7 @@ ROUTES = {
     "/v1/messages": Endpoint.MESSAGES,
     "/v1/responses": Endpoint.RESPONSES,
 }
+PATHS = {endpoint: path for path, endpoint in ROUTES.items()}
 
 
 async def serve_generation(
@@ -53,20 +54,23 @@ async def serve_generation(
     endpoint = ROUTES[scope["path"]]
     try:
         # Templates, tokenization and grammar validation run off the event loop.
-        request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
+        core, request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
     except AtomError as error:
         await send_error(send, error, scope["path"])
         return
-    assert engine.core is not None
     if request.plan.shape.request_fields.get("background"):
-        await _start_background(engine, request, receive, send, scope["path"])
+        await _start_background(engine, core, request, (receive, send), scope["path"])
         return
     respond = AsgiResponder(send).respond
-    await RequestActor(engine.core, request, receive=receive, respond=respond).run()
+    await RequestActor(core, request, receive=receive, respond=respond).run()
 
 
 async def _start_background(
-    engine: Engine, request: GenerationRequest, receive: ASGIReceive, send: ASGISend, path: str
+    engine: Engine,
+    core: EngineCore,
+    request: GenerationRequest,
+    channel: tuple[ASGIReceive, ASGISend],
+    path: str,
 ) -> None:
     """A background response runs detached from this connection (its result goes to the
     store, atom/responses_store.py). Not streamed, the client gets the `queued`
@@ -80,10 +84,10 @@ async def _start_background(
     async def nowhere(output: Output) -> None:
         pass
 
+    receive, send = channel
     tap = OutputTap() if request.plan.shape.stream else None
     respond = nowhere if tap is None else tap.respond
-    assert engine.core is not None
-    actor = RequestActor(engine.core, request, receive=no_disconnect, respond=respond)
+    actor = RequestActor(core, request, receive=no_disconnect, respond=respond)
     try:
         engine.start_detached(actor.request_id, actor.run, actor.cancel, tap)
     except AtomError as error:
@@ -132,16 +136,15 @@ class Adapter(Generic[B]):
 
     def request(
         self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any]
-    ) -> GenerationRequest:
+    ) -> tuple[EngineCore, GenerationRequest]:
         body = parse(self.schema, payload)
-        core = ready_core(engine)
-        model = check_model(engine, body.model)
+        core = engine.generation(body.model, PATHS[endpoint])
         planned = self.plan(engine.settings, core, body)
         request_id = self.id_prefix + uuid.uuid4().hex
         received = RequestReceived(
             request_id=request_id,
             endpoint=endpoint,
-            model=model,
+            model=core.name,
             created=int(core.clock()),
             body=payload,
             plan=planned.plan,
@@ -154,7 +157,7 @@ class Adapter(Generic[B]):
             choices_per_prompt=planned.plan.shape.best_of,
             cache_salt=planned.cache_salt,
         )
-        return GenerationRequest(received=received, plan=planned.plan, submit=submit)
+        return core, GenerationRequest(received=received, plan=planned.plan, submit=submit)
 
 
 ADAPTERS: dict[Endpoint, Adapter[Any]] = {
@@ -165,23 +168,9 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
 }
 
 
-def build_request(engine: Engine, endpoint: Endpoint, raw: bytes) -> GenerationRequest:
-    """Validate and plan one request; raises AtomError with the right status."""
+def build_request(
+    engine: Engine, endpoint: Endpoint, raw: bytes
+) -> tuple[EngineCore, GenerationRequest]:
+    """Validate and plan one request for the model it names; raises AtomError with the
+    right status."""
     return ADAPTERS[endpoint].request(engine, endpoint, decode_json(raw))
-
-
-def ready_core(engine: Engine) -> EngineCore:
-    if engine.has_stopped:
-        raise EngineFailed("the engine has stopped; the server is shutting down")
-    if engine.core is None:
-        raise EngineNotReady("the model is still loading; retry shortly")
-    return engine.core
-
-
-def check_model(engine: Engine, requested: str | None) -> str:
-    name = engine.settings.model_name
-    if requested is not None and requested != name:
-        raise ModelNotFound(
-            f"the model `{requested}` does not exist; this server serves `{name}`", param="model"
-        )
-    return name

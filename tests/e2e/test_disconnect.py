@@ -12,6 +12,8 @@ from atom.events import Envelope
 from atom.http.app import create_app
 from tests.conftest import serving, steps_before_release, wait_ready
 
+MODEL = "SmolLM2-135M-Instruct"
+
 pytestmark = pytest.mark.slow
 Q = [{"role": "user", "content": "Tell me a very long story about the sea."}]
 
@@ -27,7 +29,7 @@ async def test_twenty_dropped_streams_are_freed_at_the_next_step() -> None:
     app.engine.bus.subscribe(envelopes.append)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as client:
         await wait_ready(app)
-        batcher = app.engine.core.batcher  # type: ignore[union-attr]
+        batcher = app.engine.generation(None, "test").batcher
         all_streaming = trio.Event()
         num_streaming = 0
 
@@ -49,7 +51,10 @@ async def test_twenty_dropped_streams_are_freed_at_the_next_step() -> None:
             for _ in range(20):
                 nursery.start_soon(stream_then_drop)
         with trio.fail_after(60):  # a leak fails loudly instead of hanging (no speed bound)
-            while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
+            while (
+                batcher.statistics().num_running_requests
+                or app.engine.metrics.model(MODEL).num_running
+            ):
                 await trio.sleep(0.005)
         stats = batcher.statistics()
         gauge = running_gauge((await client.get("/metrics")).text)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_a_failed_model_load_is_a_non_zero_exit_under_the_documented_command(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(model=str(tmp_path))  # a folder with no model in it
+    settings = Settings(model=(str(tmp_path),))  # a folder with no model in it
     command = serve_command("127.0.0.1", free_port(), settings)
     assert command[command.index("-w") + 1] == "0"
     env = {**os.environ, **settings.to_env(), "ATOM_LOG_LEVEL": "warning"}

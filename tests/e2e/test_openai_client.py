@@ -66,7 +66,7 @@ def test_n_choices_seed_and_stop(server: Server) -> None:
 
 def test_models_health_tokenize_detokenize(server: Server) -> None:
     models = server.client().models.list().data
-    assert [m.id for m in models] == [server.model]
+    assert [m.id for m in models] == [server.model, "all-MiniLM-L6-v2"]
     card = models[0].model_extra or {}
     assert card["max_model_len"] == 8192 and models[0].owned_by and models[0].created
     assert httpx.get(f"{server.url}/health").status_code == 200
@@ -90,6 +90,7 @@ def test_metrics_are_vllm_shaped(server: Server) -> None:
         "atom:time_to_first_token_seconds_bucket",
         "atom:inter_token_latency_seconds_count",
         "atom:e2e_request_latency_seconds_sum",
+        'atom:num_requests_running{model_name="all-MiniLM-L6-v2"} 0',  # each model its own
     ):
         assert name in text
     running = [line for line in text.splitlines() if line.startswith("atom:num_requests_running")]

@@ -12,11 +12,14 @@ import trio
 from atom.config import Settings
 from atom.events import Envelope
 from atom.http.app import create_app
+from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime
 from atom.replay import project
 from atom.request_log import read_log
 from tests.conftest import FAKE_REPLY, fake_loader, serving, steps_before_release, wait_ready
+
+MODEL = "SmolLM2-135M-Instruct"
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 
@@ -76,9 +79,12 @@ async def test_disconnected_streams_are_released_at_the_next_step(tokenizer: Any
         async with trio.open_nursery() as nursery:
             for _ in range(20):
                 nursery.start_soon(open_and_drop)
-        batcher = app.engine.core.batcher  # type: ignore[union-attr]
+        batcher = app.engine.generation(None, "test").batcher
         with trio.fail_after(60):  # a leak fails loudly instead of hanging (no speed bound)
-            while batcher.statistics().num_running_requests or app.engine.metrics.num_running:
+            while (
+                batcher.statistics().num_running_requests
+                or app.engine.metrics.model(MODEL).num_running
+            ):
                 await trio.sleep(0.005)
         steps = steps_before_release(envelopes)
         assert len(steps) == 20 and max(steps.values()) <= 1, steps
@@ -93,9 +99,9 @@ async def test_health_is_503_until_the_model_is_loaded(tokenizer: Any) -> None:
     inner = fake_loader(tokenizer)
     token = trio.lowlevel.current_trio_token()  # the load runs on the engine's device thread
 
-    def slow_load(settings: Settings) -> Runtime:
+    def slow_load(settings: Settings, spec: ModelSpec) -> Any:
         trio.from_thread.run(loaded.wait, trio_token=token)
-        return inner(settings)
+        return inner(settings, spec)
 
     app = create_app(Settings(), load=slow_load, on_fatal=lambda: None)
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
@@ -116,10 +122,11 @@ async def test_a_dying_batcher_fails_requests_and_stops_the_process(tokenizer: A
         def step(self, plan):  # type: ignore[no-untyped-def]
             raise RuntimeError("device lost")
 
-    def load(settings: Settings) -> Runtime:
+    def load(settings: Settings, spec: ModelSpec) -> Runtime:
         return Runtime(runner=Exploding(eos_token_id=2), tokenizer=tokenizer, max_model_len=2048)
 
-    app = create_app(Settings(), load=load, on_fatal=lambda: fatal.append(True))
+    settings = Settings(model=("SmolLM2-135M-Instruct",))
+    app = create_app(settings, load=load, on_fatal=lambda: fatal.append(True))
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await wait_ready(app)
         r = await client.post("/v1/chat/completions", json=CHAT)

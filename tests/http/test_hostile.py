@@ -15,8 +15,11 @@ import trio
 
 from atom.config import Settings
 from atom.http.app import create_app
+from atom.model.catalog import ModelSpec
 from atom.request_log import read_log
 from tests.conftest import fake_loader, serving, wait_ready
+
+MODEL = "SmolLM2-135M-Instruct"
 
 MSG = [{"role": "user", "content": "hi"}]
 SLOW_REPLY = "word " * 60
@@ -115,7 +118,7 @@ async def test_a_full_queue_is_a_429_and_a_long_wait_a_503_both_with_retry_after
     app = create_app(settings, load=load)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         await wait_ready(app)
-        batcher = app.engine.core.batcher  # type: ignore[union-attr]
+        batcher = app.engine.generation(None, "test").batcher
         answers: dict[str, httpx.Response] = {}
 
         async def call(name: str) -> None:
@@ -165,7 +168,7 @@ async def test_lone_surrogates_are_refused_and_the_logged_engine_keeps_serving(
 
 
 async def test_health_is_false_once_the_engine_has_died(tokenizer: Any) -> None:
-    def failing_load(settings: Settings) -> Any:
+    def failing_load(settings: Settings, spec: ModelSpec) -> Any:
         raise RuntimeError("no such weights")
 
     app = create_app(Settings(), load=failing_load, on_fatal=lambda: None)
@@ -236,9 +239,9 @@ async def test_kv_usage_falls_to_zero_on_an_idle_server_after_aborts(tokenizer: 
         async with client.stream("POST", "/v1/completions", json=body) as r:
             async for _ in r.aiter_raw():
                 break
-        busy = app.engine.metrics.kv_cache_usage
+        busy = app.engine.metrics.model(MODEL).kv_cache_usage
         with trio.fail_after(30):  # a deadline for a hang, not a bound on the release time
-            while app.engine.metrics.kv_cache_usage:
+            while app.engine.metrics.model(MODEL).kv_cache_usage:
                 await trio.sleep(0.01)
         metrics = (await client.get("/metrics")).text
     assert busy > 0
