@@ -37,6 +37,8 @@ class Settings:
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
     responses_store_max: int = 1000  # stored Responses API responses
+    models_max: int | None = None  # loaded models at once; loading more unloads the LRU
+    enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
     api_key: tuple[str, ...] = ()  # clients must send one of them (Bearer or x-api-key)
     api_key_file: str | None = None  # more keys, one a line
     protect_metrics: bool = False  # /metrics needs a key too
@@ -103,6 +105,8 @@ HELP = {
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
     "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
+    "models_max": "models loaded at once (POST /models/load unloads the least recently used)",
+    "enable_admin_routes": "allow admin routes (model load/unload) when no API key is set",
     "api_key": "a key clients must send (Authorization: Bearer KEY or x-api-key); repeatable",
     "api_key_file": "a file of keys, one a line",
     "protect_metrics": "/metrics needs a key too",

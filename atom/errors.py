@@ -61,6 +61,18 @@ class Unauthorized(AtomError):
     code = "invalid_api_key"
 
 
+class Forbidden(AtomError):
+    status = 403
+    error_type = "invalid_request_error"
+    code = "forbidden"
+
+
+class Conflict(AtomError):
+    status = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
 class ResponseNotFound(AtomError):
     status = 404
     error_type = "invalid_request_error"

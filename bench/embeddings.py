@@ -120,9 +120,11 @@ def main() -> None:
                 )
                 results["levels"].append(level)
                 print(json.dumps(level))
-    port = free_port()
-    with served(port, f"SmolLM2-135M-Instruct,{MODEL}"):
-        results["rss_bytes_chat_and_embedding"] = resident_bytes(server_pid(port))
+    for label, models in (("chat_only", "SmolLM2-135M-Instruct"),
+                          ("chat_and_embedding", f"SmolLM2-135M-Instruct,{MODEL}")):  # fmt: skip
+        port = free_port()
+        with served(port, models):
+            results[f"rss_bytes_{label}"] = resident_bytes(server_pid(port))
     print(json.dumps({k: v for k, v in results.items() if k != "levels"}, indent=1))
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs")
     if args.out:

@@ -90,3 +90,22 @@ def test_list_flags_repeat_and_take_either_form() -> None:
     settings = settings_of(args)
     assert settings.api_key == ("a", "b", "c") and settings.allowed_origins == ("x", "y")
     assert settings.allowed_methods == ("*",)  # the default, as vLLM
+
+
+def test_a_models_file_lists_models_in_yaml_or_json(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "models.yaml"
+    yaml_file.write_text(
+        "models:\n  - model: SmolLM2-135M-Instruct\n    served_model_name: chat\n"
+        "  - all-MiniLM-L6-v2\n"
+    )
+    json_file = tmp_path / "more.json"
+    json_file.write_text(json.dumps([{"model": "all-MiniLM-L6-v2", "served_model_name": "emb"}]))
+    specs = served_models(Settings(model=(str(yaml_file), str(json_file))))
+    assert [(s.name, s.source, s.kind) for s in specs] == [
+        ("chat", "SmolLM2-135M-Instruct", ModelKind.GENERATE),
+        ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", ModelKind.EMBED),
+        ("emb", "all-MiniLM-L6-v2", ModelKind.EMBED),
+    ]
+    (tmp_path / "bad.yaml").write_text("models: {not: a list}\n")
+    with pytest.raises(ValueError, match="list of models"):
+        served_models(Settings(model=(str(tmp_path / "bad.yaml"),)))

@@ -101,6 +101,11 @@ class Batcher:
         self._to_aborts.send_nowait(abort)
         self._wake.set()
 
+    @property
+    def is_idle(self) -> bool:
+        """Nothing queued or running: stopping now cuts no request."""
+        return not self._queue and not self._running
+
     def statistics(self) -> BatcherStatistics:
         return BatcherStatistics(
             num_running_requests=len(self._running),

@@ -52,6 +52,13 @@ class Pooler:
         self._send, self._inbox = trio.open_memory_channel[_Job](max_queued_requests)
         self._pending: deque[tuple[_Job, int]] = deque()  # (request, input index), in order
         self.num_forwards = 0
+        self._is_forwarding = False
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing queued, pending or running: stopping now cuts no request."""
+        queued = self._inbox.statistics().current_buffer_used
+        return not queued and not self._pending and not self._is_forwarding
 
     async def pool(self, inputs: Sequence[PoolingInput]) -> list[array[float]]:
         """The runner's output for each input. Raises Overloaded when the queue is full,
@@ -115,12 +122,15 @@ class Pooler:
 
     async def _forward(self, batch: list[tuple[_Job, int]]) -> None:
         inputs = [job.inputs[idx] for job, idx in batch]
+        self._is_forwarding = True
         try:
             outputs = await self._device.run_sync(self._runner.pool, inputs)
         except Exception:
             for job, _ in batch:
                 job.finish(EngineFailed("the engine failed; the server is shutting down"))
             raise
+        finally:
+            self._is_forwarding = False
         self.num_forwards += 1
         for (job, idx), output in zip(batch, outputs, strict=True):
             job.outputs[idx] = output

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-from atom.actors.engine import PoolingCore
+from atom.actors.cores import PoolingCore
 from atom.actors.request import failed_event
 from atom.errors import AtomError
 from atom.events import PoolingFinished, PoolingRequested, RequestAborted

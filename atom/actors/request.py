@@ -22,7 +22,7 @@ import structlog
 import trio
 
 from atom.actors.choice_stream import ChoiceStream
-from atom.actors.engine import EngineCore
+from atom.actors.cores import EngineCore
 from atom.actors.outbox import Outbox
 from atom.errors import AtomError, EngineFailed
 from atom.events import (

@@ -37,6 +37,8 @@ class Access:
         self._methods = settings.allowed_methods
         self._headers = settings.allowed_headers
         self._credentials = settings.allow_credentials
+        # Admin routes are open to key holders, or to anyone only when asked for.
+        self.has_admin = bool(self._keys) or settings.enable_admin_routes
 
     # --- API keys -------------------------------------------------------------------
     def is_allowed(self, scope: MutableMapping[str, Any]) -> bool:

@@ -17,18 +17,21 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from atom.actors.bus import Clock
-from atom.actors.engine import Engine, Loaded, terminate_process
+from atom.actors.cores import Loaded
+from atom.actors.engine import Engine, terminate_process
 from atom.actors.request import ASGIReceive
 from atom.config import Settings
 from atom.errors import (
     AtomError,
+    Forbidden,
     InvalidRequest,
     MethodNotAllowed,
     RouteNotFound,
     Unauthorized,
 )
-from atom.http import info, pooling_routes, stored, tokenize
+from atom.http import admin, info, pooling_routes, stored, tokenize
 from atom.http.access import Access, is_preflight
+from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
 from atom.http.chat import check_parser_names
@@ -68,6 +71,10 @@ class AtomApp:
         if not self.access.is_allowed(scope):
             unknown = Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
             await send_error(send, unknown, scope["path"])
+            return
+        if scope["path"] in ADMIN_PATHS and not self.access.has_admin:
+            closed = Forbidden("admin routes need --api-key (or --enable-admin-routes)")
+            await send_error(send, closed, scope["path"])
             return
         if scope["path"] in ROUTES and scope["method"] == "POST":
             await serve_generation(self.engine, scope, raw, receive, send)
@@ -134,6 +141,7 @@ def create_app(
     tokenize.register(quart, engine)
     stored.register(quart, engine)
     pooling_routes.register(quart, engine)
+    admin.register(quart, engine)
     return AtomApp(quart, engine)
 
 

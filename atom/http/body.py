@@ -90,3 +90,12 @@ def _check_text(text: str, path: str) -> None:
 def _printable(text: str) -> str:
     """`text` with surrogates escaped, so an error message about it can be encoded."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+async def request_json() -> dict[str, Any]:
+    """The body of the Quart request being served, decoded: AtomApp has read it within
+    the limits above and handed it over (atom/http/app.py)."""
+    from quart import request
+
+    raw = await request.get_data(as_text=False)
+    return decode_json(raw if isinstance(raw, bytes) else raw.encode())

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from atom.actors.engine import EngineCore
+from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.adapter import Planned, check_shape, reasoning_end_ids

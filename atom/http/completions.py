@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from atom.actors.engine import EngineCore
+from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.adapter import Planned, check_shape

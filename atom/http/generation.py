@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from atom.actors.engine import Engine, EngineCore
+from atom.actors.cores import EngineCore
+from atom.actors.engine import Engine
 from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.actors.tap import OutputTap
 from atom.config import Settings

@@ -9,7 +9,6 @@ from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.errors import EngineFailed, EngineNotReady
-from atom.model.catalog import ModelSpec
 from atom.wire import dumps
 
 
@@ -17,20 +16,20 @@ def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/health")
     async def health() -> Response:
         check_ready(engine)  # 503 while loading, 500 once the engine has stopped
-        names = [spec.name for spec in engine.specs]
-        body = dumps({"status": "ok", "model": names[0], "models": names})
+        names = list(engine.models.specs)
+        body = dumps({"status": "ok", "model": names[0] if names else None, "models": names})
         return Response(body, content_type="application/json")
 
     @app.get("/v1/models")
     async def models() -> Response:
-        cards = [_card(engine, spec) for spec in engine.specs]
+        cards = [_card(engine, name) for name in engine.models.specs]
         return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
     @app.get("/metrics")
     async def metrics() -> Response:
         check_ready(engine)
         failures = engine.logger.num_failed if engine.logger else None
-        names = [spec.name for spec in engine.specs]
+        names = list(engine.models.specs)
         text = engine.metrics.render(names, request_log_failures=failures)
         return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -42,16 +41,13 @@ def check_ready(engine: Engine) -> None:
         raise EngineNotReady("the models are still loading; retry shortly")
 
 
-def _card(engine: Engine, spec: ModelSpec) -> dict[str, Any]:
-    """vLLM's model card, with what the model does (`kind`)."""
-    core = engine.cores.get(spec.name)
+def _card(engine: Engine, name: str) -> dict[str, Any]:
+    """vLLM's model card, with what the model does (`kind`) and whether it is loaded."""
     return {
-        "id": spec.name,
+        "id": name,
         "object": "model",
         "created": engine.created,
         "owned_by": "atom",
-        "root": spec.source,
         "parent": None,
-        "kind": spec.kind.value,
-        "max_model_len": core.max_model_len if core else None,
+        **engine.models.card_of(name),
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from atom.actors.engine import EngineCore
+from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http import chat

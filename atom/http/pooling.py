@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from atom.actors.engine import PoolingCore
+from atom.actors.cores import PoolingCore
 from atom.errors import ContextTooLong, InvalidRequest
 from atom.events import PoolingInput
 from atom.http.pooling_schemas import (

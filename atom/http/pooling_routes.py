@@ -13,11 +13,12 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from atom.actors.engine import Engine, PoolingCore
+from atom.actors.cores import PoolingCore
+from atom.actors.engine import Engine
 from atom.actors.pooling_request import run_pooling
 from atom.events import PoolingRequested
 from atom.http import pooling
-from atom.http.body import decode_json
+from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.pooling_schemas import (
     ClassifyRequest,
@@ -81,8 +82,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
 
 def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
     async def handle() -> Response:
-        raw = await request.get_data(as_text=False)
-        payload = decode_json(raw if isinstance(raw, bytes) else raw.encode())
+        payload = await request_json()
         body = parse(route.schema, payload)
         core = engine.pooling(body.model, route.kinds, request.path)
         received = await trio.to_thread.run_sync(_received, core, route, body, payload)

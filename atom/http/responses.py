@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from atom.actors.engine import EngineCore
+from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest, ResponseNotFound
 from atom.http import chat

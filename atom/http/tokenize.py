@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
-from quart import Response, request
+from quart import Response
 from quart_trio import QuartTrio
 
-from atom.actors.engine import Engine, EngineCore
+from atom.actors.cores import EngineCore
+from atom.actors.engine import Engine
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http import messages
 from atom.http.anthropic_schemas import CountTokensRequest
-from atom.http.body import decode_json
+from atom.http.body import request_json
 from atom.http.chat import default_template_kwargs
 from atom.http.errors import parse
 from atom.http.prompts import check_prompt_size
@@ -26,7 +25,7 @@ from atom.wire import dumps
 def register(app: QuartTrio, engine: Engine) -> None:
     @app.post("/tokenize")
     async def tokenize() -> Response:
-        body = parse(TokenizeRequest, await _json())
+        body = parse(TokenizeRequest, await request_json())
         core = engine.generation(body.model, "/tokenize")
         # Templates and tokenizers run off the event loop, as for generation.
         ids = await trio.to_thread.run_sync(_token_ids, engine.settings, core, body)
@@ -35,14 +34,14 @@ def register(app: QuartTrio, engine: Engine) -> None:
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:
-        body = parse(CountTokensRequest, await _json())
+        body = parse(CountTokensRequest, await request_json())
         core = engine.generation(body.model, "/v1/messages/count_tokens")
         ids = await trio.to_thread.run_sync(messages.prompt_ids, engine.settings, core, body)
         return Response(dumps({"input_tokens": len(ids)}), content_type="application/json")
 
     @app.post("/detokenize")
     async def detokenize() -> Response:
-        body = parse(DetokenizeRequest, await _json())
+        body = parse(DetokenizeRequest, await request_json())
         core = engine.generation(body.model, "/detokenize")
         vocab = len(core.tokenizer)
         if any(t < 0 or t >= vocab for t in body.tokens):
@@ -68,9 +67,3 @@ def _token_ids(settings: Settings, core: EngineCore, body: TokenizeRequest) -> t
         check_prompt_size(len(body.prompt), core.max_prompt_chars, param="prompt")
         return encode_text(core.tokenizer, body.prompt, add_special_tokens=body.add_special_tokens)
     raise InvalidRequest("give either `prompt` or `messages`", param="prompt")
-
-
-async def _json() -> dict[str, Any]:
-    """The body, read by Quart within MAX_CONTENT_LENGTH and BODY_TIMEOUT (app.py)."""
-    raw = await request.get_data(as_text=False)
-    return decode_json(raw if isinstance(raw, bytes) else raw.encode())

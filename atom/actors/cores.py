@@ -1,0 +1,51 @@
+"""What routes and request actors hold of a loaded model: its core, one frozen record a
+model (a generation model's or a pooling model's)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from atom.actors.batcher import Batcher
+from atom.actors.bus import Clock, EventBus
+from atom.actors.pooler import Pooler
+from atom.model.catalog import ModelKind
+from atom.model.pooling import PoolingRuntime
+from atom.model.runner import Runtime
+from atom.responses_store import ResponsesStore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCore:
+    """What request actors and routes use of a loaded generation model."""
+
+    name: str  # the served model name
+    bus: EventBus
+    batcher: Batcher
+    tokenizer: Any
+    clock: Clock
+    max_model_len: int
+    max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
+    precompile: Callable[[str], object] | None = None
+    responses: ResponsesStore | None = None  # the Responses API's store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingCore:
+    """What the pooling routes use of a loaded embedding, score or classify model."""
+
+    name: str
+    kind: ModelKind
+    bus: EventBus
+    pooler: Pooler
+    tokenizer: Any
+    clock: Clock
+    max_model_len: int
+    num_dimensions: int
+    labels: tuple[str, ...] = ()
+    is_matryoshka: bool = False
+
+
+Core = EngineCore | PoolingCore
+Loaded = Runtime | PoolingRuntime

@@ -1,0 +1,264 @@
+"""Models: the served models — which exist, which are loaded, which one a request means —
+and each one's actor (a Batcher or a Pooler), started, stopped and swapped at runtime.
+
+The Engine starts it with the models of the command line; the admin routes load and
+unload more while the others serve. A load runs in a worker thread, never on the
+device thread, so running models keep stepping meanwhile; an unload first takes the
+model out of routing, lets what it runs finish (bounded), then stops its actor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import trio
+
+from atom.actors.batcher import Batcher
+from atom.actors.bus import Clock, EventBus
+from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
+from atom.actors.device import DeviceThread
+from atom.actors.pooler import Pooler
+from atom.config import Settings
+from atom.errors import (
+    Conflict,
+    EngineFailed,
+    EngineNotReady,
+    InvalidRequest,
+    ModelNotFound,
+)
+from atom.model.catalog import ModelKind, ModelSpec
+from atom.model.pooling import PoolingRuntime
+from atom.model.runner import Runtime
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
+from atom.responses_store import ResponsesStore
+from atom.text.prompt import max_token_chars
+
+log = structlog.get_logger(__name__)
+
+KIND_NAMES = {
+    ModelKind.GENERATE: "a generation model",
+    ModelKind.EMBED: "an embedding model",
+    ModelKind.SCORE: "a cross-encoder (score) model",
+    ModelKind.CLASSIFY: "a classification model",
+}
+UNLOAD_DRAIN_S = 30.0  # running requests of a model being unloaded may finish this long
+
+
+class Models:
+    def __init__(
+        self,
+        settings: Settings,
+        specs: tuple[ModelSpec, ...],
+        load: Callable[[Settings, ModelSpec], Loaded],
+        *,
+        bus: EventBus,
+        clock: Clock,
+        responses: ResponsesStore,
+        on_fatal: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.specs = {spec.name: spec for spec in specs}  # served or loading, in order
+        self.cores: dict[str, Core] = {}  # the loaded ones
+        self._load = load
+        self._bus, self._clock, self._responses = bus, clock, responses
+        self._on_fatal = on_fatal
+        self._actors: dict[str, tuple[Batcher | Pooler, trio.CancelScope]] = {}
+        self._last_used: dict[str, float] = {}
+        self._nursery: trio.Nursery | None = None
+        self._device: DeviceThread | None = None
+        self.is_started = False  # every start-up model is loaded
+        if settings.models_max is not None and len(specs) > settings.models_max:
+            raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
+
+    # --- routing (called by the routes, on the event loop) -------------------------
+
+    def core(self, requested: str | None, kinds: frozenset[ModelKind], route: str) -> Core:
+        """The loaded model for a request to `route`, which models of `kinds` serve (the
+        first of them when the request names none). ModelNotFound (404) for an unknown
+        name, InvalidRequest (400) for a model of another kind, EngineNotReady (503) while
+        it loads."""
+        serving = [s.name for s in self.specs.values() if s.kind in kinds]
+        if requested is None and serving:
+            requested = serving[0]
+        spec = self.specs.get(requested) if requested is not None else None
+        if spec is None and requested is not None:
+            served = ", ".join(f"`{name}`" for name in self.specs)
+            raise ModelNotFound(
+                f"the model `{requested}` does not exist; this server serves {served}",
+                param="model",
+            )
+        if spec is None or spec.kind not in kinds:
+            kind = "" if spec is None else f"`{spec.name}` is {KIND_NAMES[spec.kind]}; "
+            names = ", ".join(f"`{name}`" for name in serving) or "no model here"
+            raise InvalidRequest(f"{kind}{route} is served by {names}", param="model")
+        core = self.cores.get(spec.name)
+        if core is None:
+            raise EngineNotReady(f"the model `{spec.name}` is still loading; retry shortly")
+        # A monotonic clock, not trio's: generation requests are built in worker threads.
+        self._last_used[spec.name] = time.monotonic()
+        return core
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def run(self, device: DeviceThread) -> None:
+        """Load the start-up models one after the other on `device`, then serve them (and
+        those loaded later) until cancelled. A start-up model that fails to load, or any
+        model's actor failing, is fatal."""
+        self._device = device
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for spec in list(self.specs.values()):
+                try:
+                    loaded = await device.run_sync(self._load, self.settings, spec)
+                except Exception:
+                    log.critical("model_load_failed", model=spec.source, exc_info=True)
+                    self._on_fatal()
+                    nursery.cancel_scope.cancel()  # the models already loaded stop too
+                    return
+                await nursery.start(self._serve, spec, loaded)
+            self.is_started = True
+
+    async def load(self, spec: ModelSpec) -> Core:
+        """Load `spec` at runtime and serve it; over `--models-max`, the least recently
+        used other model is unloaded first. Conflict (409) for a name already served,
+        InvalidRequest (400) when its files do not load."""
+        if self._nursery is None:
+            raise EngineNotReady("the server is still starting; retry shortly")
+        if spec.name in self.specs:
+            raise Conflict(f"a model is already served as `{spec.name}`", param="model")
+        self.specs[spec.name] = spec  # listed as loading from now on
+        try:
+            with trio.CancelScope(shield=True):  # a load cannot be stopped half way
+                loaded = await trio.to_thread.run_sync(self._load, self.settings, spec)
+        except Exception as exc:
+            del self.specs[spec.name]
+            log.warning("model_load_failed", model=spec.source, error=str(exc))
+            raise InvalidRequest(f"could not load {spec.source}: {exc}", param="model") from None
+        limit = self.settings.models_max
+        while limit is not None and len(self.cores) >= limit:
+            await self.unload(min(self.cores, key=lambda name: self._last_used.get(name, 0.0)))
+        await self._nursery.start(self._serve, spec, loaded)
+        log.info("model_loaded_at_runtime", model=spec.name, kind=spec.kind.value)
+        return self.cores[spec.name]
+
+    async def unload(self, name: str) -> ModelSpec:
+        """Stop serving `name`: new requests get a 404 at once; running ones may finish
+        for UNLOAD_DRAIN_S seconds, then get an error."""
+        if name not in self.cores:
+            raise ModelNotFound(f"the model `{name}` is not loaded", param="model")
+        spec = self.specs.pop(name)
+        actor, scope = self._actors[name]
+        with trio.move_on_after(UNLOAD_DRAIN_S):
+            while not actor.is_idle:
+                await trio.sleep(0.05)
+        scope.cancel()
+        while name in self.cores:
+            await trio.sleep(0)
+        log.info("model_unloaded", model=name)
+        return spec
+
+    async def _serve(
+        self, spec: ModelSpec, loaded: Loaded, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """Serve one model until it is unloaded or the engine stops."""
+        actor = self._actor(spec, loaded)
+        with trio.CancelScope() as scope:
+            self._actors[spec.name] = (actor, scope)
+            task_status.started()
+            try:
+                await actor.run()
+            except Exception:
+                log.critical("model_actor_died", model=spec.name, exc_info=True)
+                actor.fail_all(EngineFailed("the engine failed; the server is shutting down"))
+                self._on_fatal()
+            finally:
+                actor.fail_all(EngineFailed(f"the model `{spec.name}` is no longer served"))
+                del self.cores[spec.name], self._actors[spec.name]
+
+    # --- the actors ------------------------------------------------------------------
+
+    def _actor(self, spec: ModelSpec, loaded: Loaded) -> Batcher | Pooler:
+        """The model's actor, its core registered for the routes."""
+        assert self._device is not None
+        if isinstance(loaded, PoolingRuntime):
+            pooler = Pooler(
+                loaded.runner,
+                device=self._device,
+                max_num_batched_tokens=self.settings.max_num_batched_tokens,
+                max_queued_requests=self.settings.max_queued_requests,
+            )
+            self.cores[spec.name] = PoolingCore(
+                name=spec.name,
+                kind=loaded.kind,
+                bus=self._bus,
+                pooler=pooler,
+                tokenizer=loaded.tokenizer,
+                clock=self._clock,
+                max_model_len=loaded.max_model_len,
+                num_dimensions=loaded.num_dimensions,
+                labels=loaded.labels,
+                is_matryoshka=loaded.is_matryoshka,
+            )
+            return pooler
+        batcher = self._batcher(spec.name, loaded, self._device)
+        self.cores[spec.name] = EngineCore(
+            name=spec.name,
+            bus=self._bus,
+            batcher=batcher,
+            tokenizer=loaded.tokenizer,
+            clock=self._clock,
+            max_model_len=loaded.max_model_len,
+            max_prompt_chars=loaded.max_model_len * max_token_chars(loaded.tokenizer),
+            precompile=loaded.precompile,
+            responses=self._responses,
+        )
+        return batcher
+
+    def _batcher(self, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
+        """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
+        s = self.settings
+        runner = runtime.runner
+        log.info(
+            "engine_ready",
+            model=name,
+            max_model_len=runtime.max_model_len,
+            max_num_seqs=s.max_num_seqs,
+            num_kv_blocks=runner.num_blocks,
+            block_size=runner.block_size,
+            max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
+        )
+        kv = KVCacheManager(
+            num_blocks=runner.num_blocks,
+            block_size=runner.block_size,
+            enable_prefix_caching=s.enable_prefix_caching,
+        )
+        scheduler = Scheduler(
+            kv=kv,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            eos_token_ids=runner.eos_token_ids,
+            max_model_len=runtime.max_model_len,
+        )
+        return Batcher(
+            runner,
+            scheduler,
+            publish=self._bus.publish,
+            max_queued_requests=s.max_queued_requests,
+            max_queue_wait_s=s.max_queue_wait,
+            device=device,
+            model=name,
+        )
+
+    def card_of(self, name: str) -> dict[str, Any]:
+        """What /v1/models says of a model beyond its name: its kind, limit and state."""
+        spec, core = self.specs[name], self.cores.get(name)
+        return {
+            "root": spec.source,
+            "kind": spec.kind.value,
+            "max_model_len": core.max_model_len if core else None,
+            "status": "loaded" if core else "loading",
+        }

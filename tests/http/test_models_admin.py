@@ -1,0 +1,113 @@
+"""Loading and unloading models while the server runs (FakeRunner models, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from atom.config import Settings
+from atom.http.app import create_app
+from atom.model.catalog import ModelSpec
+from tests.conftest import fake_loader, serving, wait_ready
+
+CHAT_MODEL = "SmolLM2-135M-Instruct"
+
+
+def chat(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def generation_folder(tmp_path: Path, name: str) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    return str(folder)
+
+
+async def test_admin_routes_are_closed_without_a_key_or_the_flag(tokenizer: Any) -> None:
+    closed = create_app(Settings(model=(CHAT_MODEL,)), load=fake_loader(tokenizer))
+    keyed = create_app(Settings(model=(CHAT_MODEL,), api_key=("k",)), load=fake_loader(tokenizer))
+    async with serving(closed) as url, serving(keyed) as keyed_url:
+        await wait_ready(closed)
+        await wait_ready(keyed)
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(f"{url}/models/unload", json={"model": CHAT_MODEL})
+            no_key = await http.post(f"{keyed_url}/models/unload", json={"model": CHAT_MODEL})
+            unknown = await http.post(
+                f"{keyed_url}/models/unload",
+                json={"model": "nope"},
+                headers={"authorization": "Bearer k"},
+            )
+    assert refused.status_code == 403 and "--enable-admin-routes" in refused.text
+    assert no_key.status_code == 401
+    assert unknown.status_code == 404  # with the key, the route itself answers
+
+
+async def test_a_model_loads_while_the_others_serve_and_unloads(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    gate = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+    inner = fake_loader(tokenizer)
+    second = generation_folder(tmp_path, "second")
+
+    def load(settings: Settings, spec: ModelSpec) -> Any:
+        if spec.source == second:
+            trio.from_thread.run(gate.wait, trio_token=token)  # held until the test lets go
+        if spec.source == "broken":
+            raise FileNotFoundError("no weights here")
+        return inner(settings, spec)
+
+    settings = Settings(model=(CHAT_MODEL,), enable_admin_routes=True)
+    app = create_app(settings, load=load)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        loading: dict[str, httpx.Response] = {}
+
+        async def load_second() -> None:
+            loading["r"] = await http.post("/models/load", json={"model": second})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(load_second)
+            while "second" not in app.engine.models.specs:
+                await trio.sleep(0.01)
+            during = await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))
+            waiting = await http.post("/v1/chat/completions", json=chat("second"))
+            listed = (await http.get("/v1/models")).json()["data"]
+            gate.set()
+        answered = await http.post("/v1/chat/completions", json=chat("second"))
+        again = await http.post("/models/load", json={"model": second})
+        broken = await http.post("/models/load", json={"model": "broken"})
+        unloaded = await http.post("/models/unload", json={"model": "second"})
+        gone = await http.post("/v1/chat/completions", json=chat("second"))
+        still = await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))
+    assert during.status_code == 200  # the load never stalled the served model
+    assert waiting.status_code == 503 and waiting.headers["retry-after"]
+    assert {m["id"]: m["status"] for m in listed} == {CHAT_MODEL: "loaded", "second": "loading"}
+    assert loading["r"].json() == {"id": "second", "object": "model", "status": "loaded",
+                                   "kind": "generate"}  # fmt: skip
+    assert answered.status_code == 200 and answered.json()["model"] == "second"
+    assert again.status_code == 409
+    assert broken.status_code == 400 and "no weights here" in broken.json()["error"]["message"]
+    assert unloaded.json()["status"] == "unloaded"
+    assert gone.status_code == 404 and still.status_code == 200
+
+
+async def test_models_max_unloads_the_least_recently_used(tokenizer: Any, tmp_path: Path) -> None:
+    first, second = generation_folder(tmp_path, "first"), generation_folder(tmp_path, "second")
+    settings = Settings(
+        model=(CHAT_MODEL, first), models_max=2, enable_admin_routes=True
+    )  # fmt: skip
+    app = create_app(settings, load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        await http.post("/v1/chat/completions", json=chat("first"))
+        await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))  # "first" is now LRU
+        loaded = await http.post("/models/load", json={"model": second})
+        names = [m["id"] for m in (await http.get("/v1/models")).json()["data"]]
+    assert loaded.status_code == 200
+    assert names == [CHAT_MODEL, "second"]
