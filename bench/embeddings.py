@@ -2,8 +2,8 @@
 
 Inputs/s for ~32-token sentences: ATOM over HTTP with 1, 16 and 64 concurrent clients
 sending 1 and 16 inputs a request, and `SentenceTransformer.encode()` on the same model
-and cores (its default batch of 32). Also the resident memory of a server serving
-only the embedding model, and of one serving chat and embeddings.
+and cores (its default batch of 32). Also the resident memory, after a first answer,
+of a server serving the embedding model alone, the chat model alone, and both.
 
     .venv/bin/python -m bench.embeddings --out bench/results/embeddings.json
 """
@@ -55,7 +55,9 @@ async def http_level(url: str, clients: int, per_request: int, total: int) -> di
         async def client() -> None:
             while pending:
                 start = pending.pop()
-                body = {"model": MODEL, "input": sentences(per_request, salt=start + 1)}
+                texts = sentences(per_request, salt=start + 1)
+                # base64, as the official client asks: JSON floats cost both ends CPU.
+                body = {"model": MODEL, "input": texts, "encoding_format": "base64"}
                 began = time.perf_counter()
                 r = await http.post("/v1/embeddings", json=body)
                 assert r.status_code == 200, r.text
@@ -73,6 +75,15 @@ async def http_level(url: str, clients: int, per_request: int, total: int) -> di
         "inputs_per_s": round(total / wall, 1),
         "p50_latency_s": round(latencies[len(latencies) // 2], 4),
     }
+
+
+def warm_up(url: str, *, with_embeddings: bool) -> None:
+    """One answer from each model, so the resident memory counts weights in use."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=120).status_code == 200
+    if with_embeddings:
+        body = {"model": MODEL, "input": sentences(16)}
+        assert httpx.post(f"{url}/v1/embeddings", json=body, timeout=120).status_code == 200
 
 
 def resident_bytes(pid: int) -> int:
@@ -110,8 +121,8 @@ def main() -> None:
     port = free_port()
     with served(port, MODEL):
         url = f"http://127.0.0.1:{port}"
-        results["rss_bytes_embedding_only"] = resident_bytes(server_pid(port))
         trio.run(http_level, url, 4, 16, 128)  # warm-up
+        results["rss_bytes_embedding_only"] = resident_bytes(server_pid(port))
         for clients in (1, 16, 64):
             for per_request in (1, 16):
                 level = trio.run(http_level, url, clients, per_request, args.inputs)
@@ -124,6 +135,7 @@ def main() -> None:
                           ("chat_and_embedding", f"SmolLM2-135M-Instruct,{MODEL}")):  # fmt: skip
         port = free_port()
         with served(port, models):
+            warm_up(f"http://127.0.0.1:{port}", with_embeddings=MODEL in models)
             results[f"rss_bytes_{label}"] = resident_bytes(server_pid(port))
     print(json.dumps({k: v for k, v in results.items() if k != "levels"}, indent=1))
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs")

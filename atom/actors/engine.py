@@ -68,7 +68,6 @@ class Engine:
         on_fatal: Callable[[], None] = terminate_process,
     ) -> None:
         self.settings = settings
-        self._clock = clock
         self._on_fatal = on_fatal
         self.bus = EventBus(clock)
         self.metrics = Metrics()
