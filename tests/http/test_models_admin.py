@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import trio
 from atom.config import Settings
 from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
+from atom.model.fake_runner import FakeRunner
+from atom.model.runner import Runtime
 from tests.conftest import fake_loader, serving, wait_ready
 
 CHAT_MODEL = "SmolLM2-135M-Instruct"
@@ -19,6 +23,10 @@ CHAT_MODEL = "SmolLM2-135M-Instruct"
 
 def chat(model: str) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+class Tracked(FakeRunner):
+    """A FakeRunner a weak reference can follow (the dataclass has slots)."""
 
 
 def generation_folder(tmp_path: Path, name: str) -> str:
@@ -55,12 +63,18 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
     inner = fake_loader(tokenizer)
     second = generation_folder(tmp_path, "second")
 
+    runners: list[weakref.ref[Any]] = []
+
     def load(settings: Settings, spec: ModelSpec) -> Any:
         if spec.source == second:
             trio.from_thread.run(gate.wait, trio_token=token)  # held until the test lets go
         if spec.source == "broken":
             raise FileNotFoundError("no weights here")
-        return inner(settings, spec)
+        if spec.source != second:
+            return inner(settings, spec)
+        runner = Tracked(eos_token_id=tokenizer.eos_token_id)
+        runners.append(weakref.ref(runner))
+        return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=2048)
 
     settings = Settings(model=(CHAT_MODEL,), enable_admin_routes=True)
     app = create_app(settings, load=load)
@@ -85,6 +99,8 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
         unloaded = await http.post("/models/unload", json={"model": "second"})
         gone = await http.post("/v1/chat/completions", json=chat("second"))
         still = await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))
+        gc.collect()
+        assert runners[0]() is None  # nothing holds the unloaded model's runner
     assert during.status_code == 200  # the load never stalled the served model
     assert waiting.status_code == 503 and waiting.headers["retry-after"]
     assert {m["id"]: m["status"] for m in listed} == {CHAT_MODEL: "loaded", "second": "loading"}
