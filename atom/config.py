@@ -36,6 +36,7 @@ class Settings:
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
+    shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
     responses_store_max: int = 1000  # stored Responses API responses
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
@@ -119,6 +120,7 @@ HELP = {
     "ssl_ca_certs": "CA certificates (PEM): clients must present a certificate they sign",
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
+    "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
     "request_log": "JSONL event log path (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",
     "device": "torch device (default: cuda if available, else cpu)",

@@ -107,6 +107,15 @@ class EngineNotReady(AtomError):
     retry_after_s = 5
 
 
+class ServerDraining(AtomError):
+    """A signal asked the server to stop: running requests finish, new ones go elsewhere."""
+
+    status = 503
+    error_type = "service_unavailable"
+    code = "server_draining"
+    retry_after_s = 1
+
+
 class EngineFailed(AtomError):
     status = 500
     error_type = "server_error"

@@ -9,6 +9,7 @@ an error and `on_fatal` stops the process loudly (no hung requests).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -25,7 +26,16 @@ from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
 from atom.actors.tap import OutputTap
 from atom.config import Settings
-from atom.errors import EngineFailed
+from atom.errors import EngineFailed, ServerDraining
+from atom.events import (
+    Envelope,
+    PoolingFinished,
+    PoolingRequested,
+    RequestAborted,
+    RequestCompleted,
+    RequestFailed,
+    RequestReceived,
+)
 from atom.metrics import Metrics
 from atom.model.catalog import ModelKind, ModelSpec, served_models
 from atom.request_log import read_log
@@ -41,6 +51,13 @@ class Detached:
     cancel: Callable[[str], None]  # ends it, with the reason the log gives
     done: trio.Event
     tap: OutputTap | None = None  # its output, when it streams
+
+
+def exit_drained() -> None:
+    """Exit with status 0: the server drained and the request log is written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def terminate_process(grace_s: float = 1.0) -> None:
@@ -66,9 +83,12 @@ class Engine:
         *,
         clock: Clock = time.time,
         on_fatal: Callable[[], None] = terminate_process,
+        on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self._on_fatal = on_fatal
+        # Given, SIGTERM and SIGINT drain the server and `on_drained` ends the process.
+        self._on_drained = on_drained
         self.bus = EventBus(clock)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
@@ -84,6 +104,11 @@ class Engine:
         )
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
+        self.is_draining = False  # a signal asked it to stop: new requests are refused
+        self._open: set[str] = set()  # requests received and not yet answered (events)
+        self._none_open = trio.Event()
+        self._drained = trio.Event()
+        self.bus.subscribe(self._track_open)
         self.detached: dict[str, Detached] = {}  # running background tasks, by request id
         self._nursery: trio.Nursery | None = None
         self.created = int(clock())
@@ -107,11 +132,25 @@ class Engine:
         return core
 
     def core(self, requested: str | None, kinds: frozenset[ModelKind], route: str) -> Core:
-        """The loaded model a request to `route` means (Models.core); EngineFailed once
-        the engine has stopped."""
+        """The loaded model a request to `route` means (Models.core); ServerDraining while
+        the server drains, EngineFailed once the engine has stopped."""
         if self.has_stopped:
             raise EngineFailed("the engine has stopped; the server is shutting down")
+        if self.is_draining:
+            raise ServerDraining("the server is shutting down; retry on another instance")
         return self.models.core(requested, kinds, route)
+
+    def _track_open(self, envelope: Envelope) -> None:
+        """Which requests are still being answered: from their first event to their last."""
+        event = envelope.event
+        if isinstance(event, RequestReceived | PoolingRequested):
+            self._open.add(event.request_id)
+            if self._none_open.is_set():
+                self._none_open = trio.Event()
+        elif isinstance(event, RequestCompleted | RequestFailed | RequestAborted | PoolingFinished):
+            self._open.discard(event.request_id)
+            if not self._open:
+                self._none_open.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -121,6 +160,8 @@ class Engine:
             self._on_fatal()
         finally:
             self.has_stopped = True
+        if self._drained.is_set() and self._on_drained is not None:
+            self._on_drained()
 
     def start_detached(
         self,
@@ -155,13 +196,47 @@ class Engine:
                 await nursery.start(self.logger.run)
                 self.bus.subscribe(self.logger.log_nowait)
             self.bus.subscribe(self.responses.apply)
+            if self._on_drained is not None:
+                nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()
             device = DeviceThread()  # loads the start-up models, then runs every model call
             try:
-                await self.models.run(device)
+                await self.models.run(device)  # until every model's actor stopped
+                if self.is_draining:
+                    await self._drained.wait()  # the failed requests' last events first
             finally:
                 device.close()
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
+
+    async def _drain_on_signal(self, nursery: trio.Nursery) -> None:
+        """The first SIGTERM or SIGINT drains the server; a second ends it at once."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if self.is_draining:
+                    log.warning("second_signal_exit_now", signal=signal.Signals(signum).name)
+                    os._exit(1)
+                log.warning(
+                    "draining",
+                    signal=signal.Signals(signum).name,
+                    open_requests=len(self._open),
+                    shutdown_timeout_s=self.settings.shutdown_timeout,
+                )
+                nursery.start_soon(self.drain)
+
+    async def drain(self) -> None:
+        """Refuse new requests, let the open ones finish for `--shutdown-timeout` seconds,
+        fail the rest (their clients get an error), then stop the engine: the request
+        log is written out (after those errors) and `on_drained` ends the process."""
+        self.is_draining = True
+        if self._open:
+            with trio.move_on_after(self.settings.shutdown_timeout):
+                await self._none_open.wait()
+        self.models.stop("the server is shutting down")
+        if self._open:
+            with trio.move_on_after(5):  # their error answers go out
+                await self._none_open.wait()
+        log.info("drained", open_requests=len(self._open))
+        self._drained.set()
 
     def _restore(self, log_path: str) -> None:
         """Stored responses come back from the request log of earlier runs."""

@@ -71,6 +71,7 @@ class Models:
         self._nursery: trio.Nursery | None = None
         self._device: DeviceThread | None = None
         self.is_started = False  # every start-up model is loaded
+        self._stop_reason: str | None = None
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
 
@@ -161,6 +162,12 @@ class Models:
         log.info("model_unloaded", model=name)
         return spec
 
+    def stop(self, reason: str) -> None:
+        """Stop every model's actor; what they still run fails with `reason`."""
+        self._stop_reason = reason
+        for _, scope in self._actors.values():
+            scope.cancel()
+
     async def _serve(
         self, spec: ModelSpec, loaded: Loaded, *, task_status: trio.TaskStatus[None]
     ) -> None:
@@ -176,7 +183,8 @@ class Models:
                 actor.fail_all(EngineFailed("the engine failed; the server is shutting down"))
                 self._on_fatal()
             finally:
-                actor.fail_all(EngineFailed(f"the model `{spec.name}` is no longer served"))
+                gone = self._stop_reason or f"the model `{spec.name}` is no longer served"
+                actor.fail_all(EngineFailed(gone))
                 del self.cores[spec.name], self._actors[spec.name]
 
     # --- the actors ------------------------------------------------------------------

@@ -52,7 +52,9 @@ def _from_env() -> Any:
             advice="a crash of this worker is reported as exit status 0; for a supervisor "
             "to see it, serve with `atom serve` or `hypercorn -k trio -w 0 atom.http:app`",
         )
-    return create_app(settings)
+    from atom.actors.engine import exit_drained
+
+    return create_app(settings, on_drained=exit_drained)
 
 
 app = ServedApp()

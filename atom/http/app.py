@@ -122,9 +122,12 @@ def create_app(
     load: Callable[[Settings, ModelSpec], Loaded] = load_served,
     clock: Clock = time.time,
     on_fatal: Callable[[], None] = terminate_process,
+    on_drained: Callable[[], None] | None = None,
 ) -> AtomApp:
+    """The server. With `on_drained` (the served app's is `exit_drained`), SIGTERM and
+    SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
     check_parser_names(settings)
-    engine = Engine(settings, load, clock=clock, on_fatal=on_fatal)
+    engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams
     # AtomApp has read every body within atom/http/body.py's limits already.

@@ -8,7 +8,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
-from atom.errors import EngineFailed, EngineNotReady
+from atom.errors import EngineFailed, EngineNotReady, ServerDraining
 from atom.wire import dumps
 
 
@@ -37,6 +37,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
 def check_ready(engine: Engine) -> None:
     if engine.has_stopped:
         raise EngineFailed("the engine has stopped; the server is shutting down")
+    if engine.is_draining:
+        raise ServerDraining("the server is shutting down")
     if not engine.is_ready:
         raise EngineNotReady("the models are still loading; retry shortly")
 

@@ -151,3 +151,38 @@ async def test_overload_is_429(tokenizer: Any) -> None:
                 nursery.start_soon(call)
     assert 429 in statuses and 200 in statuses
     assert set(statuses) == {200, 429}
+
+
+async def test_a_drain_refuses_new_requests_and_fails_what_outlives_the_timeout(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    drained: list[bool] = []
+    log_path = tmp_path / "log.jsonl"
+    settings = Settings(model=(MODEL,), shutdown_timeout=0.5, request_log=str(log_path))
+    load = fake_loader(tokenizer, reply="word " * 500, step_delay_s=0.05)
+    app = create_app(settings, load=load, on_drained=lambda: drained.append(True))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        frames: list[Any] = []
+
+        async def stream() -> None:
+            body = {**CHAT, "max_tokens": 400, "stream": True}
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                frames.extend(sse_payloads(b"".join([c async for c in r.aiter_raw()])))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream)
+            while not app.engine._open:
+                await trio.sleep(0.01)
+            nursery.start_soon(app.engine.drain)
+            await trio.sleep(0.1)
+            refused = await client.post("/v1/chat/completions", json=CHAT)
+            health = await client.get("/health")
+        while not drained:
+            await trio.sleep(0.01)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_draining"
+    assert health.status_code == 503
+    assert frames[-1] == "[DONE]" and "shutting down" in frames[-2]["error"]["message"]
+    assert drained == [True]
+    failed = [e.event for e in read_log(log_path) if e.event.type == "request_failed"]
+    assert len(failed) == 1  # logged before the process would exit

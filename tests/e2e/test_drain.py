@@ -1,0 +1,140 @@
+"""Graceful drain under real signals: `hypercorn -k trio -w 0 atom.http:app` serving the
+real chat model, concurrent streams, SIGTERM (and a second signal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from atom.request_log import read_log
+from tests.e2e.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def server_process(log_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "ATOM_MODEL": "SmolLM2-135M-Instruct",
+        "ATOM_REQUEST_LOG": str(log_path),
+        "ATOM_LOG_LEVEL": "warning",
+        **env,
+    }
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
+    proc = subprocess.Popen([*command, "-b", f"127.0.0.1:{port}", "atom.http:app"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "no healthy server"
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+class Stream(threading.Thread):
+    """One streamed chat completion, read whole in its own thread."""
+
+    def __init__(self, url: str, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.max_tokens = url, max_tokens
+        self.started = threading.Event()
+        self.frames: list[Any] = []
+        self.was_cut = False  # the connection closed mid-stream
+
+    def run(self) -> None:
+        try:
+            self._read()
+        except httpx.TransportError:
+            self.was_cut = True
+
+    def _read(self) -> None:
+        body = {
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": self.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+        }
+        with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, timeout=300) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    self.frames.append(line[6:] if line == "data: [DONE]" else json.loads(line[6:]))
+                    self.started.set()
+
+
+def start_streams(url: str, count: int, max_tokens: int) -> list[Stream]:
+    streams = [Stream(url, max_tokens) for _ in range(count)]
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        assert stream.started.wait(120)
+    return streams
+
+
+def test_sigterm_lets_running_streams_finish_refuses_new_ones_and_exits_0(
+    tmp_path: Path,
+) -> None:
+    log_path = tmp_path / "log.jsonl"
+    with server_process(log_path, ATOM_SHUTDOWN_TIMEOUT="120") as (proc, url):
+        streams = start_streams(url, 3, max_tokens=48)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the signal reaches the engine
+        health = httpx.get(f"{url}/health")
+        ask = {"messages": [{"role": "user", "content": "hi"}]}
+        refused = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=30)
+        for stream in streams:
+            stream.join(timeout=120)
+        assert proc.wait(timeout=60) == 0
+    assert health.status_code == 503 and health.json()["error"]["code"] == "server_draining"
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    for stream in streams:
+        assert stream.frames[-1] == "[DONE]"
+        assert stream.frames[-2]["choices"][0]["finish_reason"] == "length"
+    completed = [e for e in read_log(log_path) if e.event.type == "request_completed"]
+    assert len(completed) == 3  # every answer is in the log
+
+
+def test_past_the_shutdown_timeout_streams_get_an_error_and_a_second_signal_exits_at_once(
+    tmp_path: Path,
+) -> None:
+    with server_process(tmp_path / "a.jsonl", ATOM_SHUTDOWN_TIMEOUT="1") as (proc, url):
+        (cut,) = start_streams(url, 1, max_tokens=4000)
+        proc.send_signal(signal.SIGTERM)
+        cut.join(timeout=120)
+        assert proc.wait(timeout=60) == 0
+    assert cut.frames[-1] == "[DONE]"
+    assert "shutting down" in cut.frames[-2]["error"]["message"]
+    failed = [e.event for e in read_log(tmp_path / "a.jsonl") if e.event.type == "request_failed"]
+    assert len(failed) == 1
+    with server_process(tmp_path / "b.jsonl", ATOM_SHUTDOWN_TIMEOUT="300") as (proc, url):
+        (held,) = start_streams(url, 1, max_tokens=4000)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 1
+        assert time.monotonic() - began < 10  # not the 300 s the first signal allowed
+    held.join(timeout=30)
+    assert held.was_cut and held.frames[-1] != "[DONE]"  # cut short
