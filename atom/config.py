@@ -37,6 +37,7 @@ class Settings:
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
+    watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
     responses_store_max: int = 1000  # stored Responses API responses
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
@@ -56,6 +57,7 @@ class Settings:
     dtype: str | None = None
     num_threads: int | None = None
     log_level: str = "info"
+    log_format: str = "json"  # or "console"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -121,12 +123,14 @@ HELP = {
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
     "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
+    "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
     "request_log": "JSONL event log path (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",
     "device": "torch device (default: cuda if available, else cpu)",
     "dtype": "weight dtype (default: bfloat16 on CUDA, float32 on CPU)",
     "num_threads": "torch intra-op threads (default: torch's)",
     "log_level": "structlog level",
+    "log_format": "json (one object a line) or console",
 }
 
 

@@ -1,4 +1,5 @@
-"""structlog set-up: JSON lines on stderr, with `request_id` from the actor's context."""
+"""structlog set-up: JSON lines (or readable console lines) on stderr, with `request_id`
+from the actor's context."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ import sys
 import structlog
 
 
-def configure_logging(level: str = "info") -> None:
+def configure_logging(level: str = "info", log_format: str = "json") -> None:
+    """`log_format`: `json` (one object a line, for collectors) or `console`."""
+    if log_format not in {"json", "console"}:
+        raise ValueError(f"--log-format: expected json or console, got {log_format!r}")
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]

@@ -3,8 +3,8 @@ model (a generation model's or a pooling model's)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from atom.actors.batcher import Batcher
@@ -29,6 +29,7 @@ class EngineCore:
     max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
     precompile: Callable[[str], object] | None = None
     responses: ResponsesStore | None = None  # the Responses API's store
+    description: Mapping[str, str] = field(default_factory=dict)  # what loading chose
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +46,7 @@ class PoolingCore:
     num_dimensions: int
     labels: tuple[str, ...] = ()
     is_matryoshka: bool = False
+    description: Mapping[str, str] = field(default_factory=dict)
 
 
 Core = EngineCore | PoolingCore

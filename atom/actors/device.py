@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,6 +29,8 @@ T = TypeVar("T")
 class DeviceThread:
     def __init__(self, name: str = "atom-device") -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        # time.monotonic() when the running job began, None while idle (the watchdog reads it)
+        self.busy_since: float | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -54,4 +57,8 @@ class DeviceThread:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job()
+            self.busy_since = time.monotonic()
+            try:
+                job()
+            finally:
+                self.busy_since = None

@@ -26,7 +26,7 @@ from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
 from atom.actors.tap import OutputTap
 from atom.config import Settings
-from atom.errors import EngineFailed, ServerDraining
+from atom.errors import Conflict, EngineFailed, ServerDraining
 from atom.events import (
     Envelope,
     PoolingFinished,
@@ -140,6 +140,12 @@ class Engine:
             raise ServerDraining("the server is shutting down; retry on another instance")
         return self.models.core(requested, kinds, route)
 
+    def check_unique(self, request_id: str) -> None:
+        """Conflict (409) when a request with this id is open or stored: a client's
+        `x-request-id` may not take over another request's events."""
+        if request_id in self._open or self.responses.has(request_id):
+            raise Conflict(f"a request with the id {request_id!r} exists", param="x-request-id")
+
     def _track_open(self, envelope: Envelope) -> None:
         """Which requests are still being answered: from their first event to their last."""
         event = envelope.event
@@ -200,6 +206,8 @@ class Engine:
                 nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()
             device = DeviceThread()  # loads the start-up models, then runs every model call
+            if self.settings.watchdog_timeout > 0:
+                nursery.start_soon(self._watchdog, device)
             try:
                 await self.models.run(device)  # until every model's actor stopped
                 if self.is_draining:
@@ -207,6 +215,24 @@ class Engine:
             finally:
                 device.close()
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
+
+    async def _watchdog(self, device: DeviceThread) -> None:
+        """A model call (a step, a forward) running past `--watchdog-timeout` is a hung
+        kernel: every waiting request gets an error and the process stops loudly, rather
+        than clients hanging forever. Start-up loads are not timed."""
+        limit = self.settings.watchdog_timeout
+        while not self.models.is_started:
+            await trio.sleep(0.1)
+        while True:
+            await trio.sleep(min(1.0, limit / 4))
+            began = device.busy_since
+            if began is not None and time.monotonic() - began > limit:
+                log.critical("watchdog_timeout", model_call_s=round(time.monotonic() - began, 1))
+                self.models.fail_all(
+                    EngineFailed(f"a model step ran for more than {limit:g} s; the server stops")
+                )
+                self._on_fatal()
+                return
 
     async def _drain_on_signal(self, nursery: trio.Nursery) -> None:
         """The first SIGTERM or SIGINT drains the server; a second ends it at once."""

@@ -23,6 +23,7 @@ from atom.actors.device import DeviceThread
 from atom.actors.pooler import Pooler
 from atom.config import Settings
 from atom.errors import (
+    AtomError,
     Conflict,
     EngineFailed,
     EngineNotReady,
@@ -162,6 +163,11 @@ class Models:
         log.info("model_unloaded", model=name)
         return spec
 
+    def fail_all(self, error: AtomError) -> None:
+        """Fail every request any model holds (the engine is dying); new ones are refused."""
+        for actor, _ in self._actors.values():
+            actor.fail_all(error)
+
     def stop(self, reason: str) -> None:
         """Stop every model's actor; what they still run fails with `reason`."""
         self._stop_reason = reason
@@ -210,6 +216,7 @@ class Models:
                 num_dimensions=loaded.num_dimensions,
                 labels=loaded.labels,
                 is_matryoshka=loaded.is_matryoshka,
+                description=loaded.description,
             )
             return pooler
         batcher = self._batcher(spec.name, loaded, self._device)
@@ -223,6 +230,7 @@ class Models:
             max_prompt_chars=loaded.max_model_len * max_token_chars(loaded.tokenizer),
             precompile=loaded.precompile,
             responses=self._responses,
+            description=loaded.description,
         )
         return batcher
 
@@ -260,6 +268,11 @@ class Models:
             device=device,
             model=name,
         )
+
+    def description_of(self, name: str) -> dict[str, str]:
+        """What loading chose for a loaded model (device, dtype, kernels…); {} otherwise."""
+        core = self.cores.get(name)
+        return dict(core.description) if core else {}
 
     def card_of(self, name: str) -> dict[str, Any]:
         """What /v1/models says of a model beyond its name: its kind, limit and state."""

@@ -41,7 +41,7 @@ def _from_env() -> Any:
     from atom.logs import configure_logging
 
     settings = Settings.from_env()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     log = structlog.get_logger(__name__)
     for name in unknown_env():
         log.warning("unknown_setting_ignored", variable=name)

@@ -37,6 +37,7 @@ from atom.http.body import read_body
 from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
+from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
 
 
@@ -68,14 +69,13 @@ class AtomApp:
         if is_preflight(scope):
             await self._preflight(scope, send)
             return
-        if not self.access.is_allowed(scope):
-            unknown = Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
-            await send_error(send, unknown, scope["path"])
+        try:
+            self._admit(scope)
+        except AtomError as error:
+            await send_error(send, error, scope["path"])
             return
-        if scope["path"] in ADMIN_PATHS and not self.access.has_admin:
-            closed = Forbidden("admin routes need --api-key (or --enable-admin-routes)")
-            await send_error(send, closed, scope["path"])
-            return
+        if scope.get(SCOPE_KEY):
+            send = echoing(send, scope[SCOPE_KEY])
         if scope["path"] in ROUTES and scope["method"] == "POST":
             await serve_generation(self.engine, scope, raw, receive, send)
             return
@@ -84,6 +84,15 @@ class AtomApp:
             await send_error(send, refused, scope["path"])
             return
         await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
+
+    def _admit(self, scope: MutableMapping[str, Any]) -> None:
+        """Who may make this request, and its own id: raises the refusal, else leaves the
+        validated `x-request-id` in the scope."""
+        if not self.access.is_allowed(scope):
+            raise Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
+        if scope["path"] in ADMIN_PATHS and not self.access.has_admin:
+            raise Forbidden("admin routes need --api-key (or --enable-admin-routes)")
+        scope[SCOPE_KEY] = client_request_id(scope)
 
     async def _preflight(self, scope: MutableMapping[str, Any], send: ASGISend) -> None:
         headers = self.access.preflight_headers(scope)

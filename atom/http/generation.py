@@ -27,6 +27,7 @@ from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
+from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
 from atom.plan import Endpoint
@@ -55,7 +56,10 @@ async def serve_generation(
     endpoint = ROUTES[scope["path"]]
     try:
         # Templates, tokenization and grammar validation run off the event loop.
-        core, request = await trio.to_thread.run_sync(build_request, engine, endpoint, raw)
+        client_id = admitted_request_id(scope)
+        built = await trio.to_thread.run_sync(build_request, engine, endpoint, raw, client_id)
+        core, request = built
+        engine.check_unique(request.received.request_id)  # no checkpoint until it is published
     except AtomError as error:
         await send_error(send, error, scope["path"])
         return
@@ -136,12 +140,12 @@ class Adapter(Generic[B]):
     plan: Callable[[Settings, EngineCore, B], Planned]
 
     def request(
-        self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any]
+        self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any], client_id: str | None
     ) -> tuple[EngineCore, GenerationRequest]:
         body = parse(self.schema, payload)
         core = engine.generation(body.model, PATHS[endpoint])
         planned = self.plan(engine.settings, core, body)
-        request_id = self.id_prefix + uuid.uuid4().hex
+        request_id = self.id_prefix + (client_id or uuid.uuid4().hex)
         received = RequestReceived(
             request_id=request_id,
             endpoint=endpoint,
@@ -170,8 +174,8 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
 
 
 def build_request(
-    engine: Engine, endpoint: Endpoint, raw: bytes
+    engine: Engine, endpoint: Endpoint, raw: bytes, client_id: str | None = None
 ) -> tuple[EngineCore, GenerationRequest]:
-    """Validate and plan one request for the model it names; raises AtomError with the
-    right status."""
-    return ADAPTERS[endpoint].request(engine, endpoint, decode_json(raw))
+    """Validate and plan one request for the model it names (its id from the client's
+    `x-request-id` when it sent one); raises AtomError with the right status."""
+    return ADAPTERS[endpoint].request(engine, endpoint, decode_json(raw), client_id)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 from typing import Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
+from atom.actors.probe import probe_all
 from atom.errors import EngineFailed, EngineNotReady, ServerDraining
 from atom.wire import dumps
 
@@ -15,7 +18,11 @@ from atom.wire import dumps
 def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/health")
     async def health() -> Response:
-        check_ready(engine)  # 503 while loading, 500 once the engine has stopped
+        """503 while loading or draining, 500 once the engine has stopped; with `deep=1`
+        every loaded model must also produce a token (atom/actors/probe.py)."""
+        check_ready(engine)
+        if request.args.get("deep") in {"1", "true"}:
+            await probe_all(engine.models.cores.values())
         names = list(engine.models.specs)
         body = dumps({"status": "ok", "model": names[0] if names else None, "models": names})
         return Response(body, content_type="application/json")
@@ -25,6 +32,28 @@ def register(app: QuartTrio, engine: Engine) -> None:
         cards = [_card(engine, name) for name in engine.models.specs]
         return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
+    @app.get("/health_generate")  # SGLang's name for the deep check
+    async def health_generate() -> Response:
+        check_ready(engine)
+        await probe_all(engine.models.cores.values())
+        return Response(dumps({"status": "ok"}), content_type="application/json")
+
+    @app.get("/version")
+    async def version() -> Response:
+        return Response(dumps({"version": atom_version()}), content_type="application/json")
+
+    @app.get("/server_info")
+    async def server_info() -> Response:
+        """What this server runs: version, settings (keys hidden), each model as loaded."""
+        settings = dataclasses.asdict(engine.settings)
+        settings["api_key"] = ["<hidden>"] * len(engine.settings.api_key)
+        models = [
+            {**_card(engine, name), **engine.models.description_of(name)}
+            for name in engine.models.specs
+        ]
+        body = {"version": atom_version(), "settings": settings, "models": models}
+        return Response(dumps(body), content_type="application/json")
+
     @app.get("/metrics")
     async def metrics() -> Response:
         check_ready(engine)
@@ -32,6 +61,13 @@ def register(app: QuartTrio, engine: Engine) -> None:
         names = list(engine.models.specs)
         text = engine.metrics.render(names, request_log_failures=failures)
         return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def atom_version() -> str:
+    try:
+        return importlib.metadata.version("atom")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def check_ready(engine: Engine) -> None:

@@ -28,6 +28,7 @@ from atom.http.pooling_schemas import (
     ScoreRequest,
     _PoolingBody,
 )
+from atom.http.request_id import admitted_request_id
 from atom.model.catalog import ModelKind
 from atom.plan import Endpoint
 
@@ -85,7 +86,9 @@ def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
         payload = await request_json()
         body = parse(route.schema, payload)
         core = engine.pooling(body.model, route.kinds, request.path)
-        received = await trio.to_thread.run_sync(_received, core, route, body, payload)
+        client_id = admitted_request_id(request.scope)
+        received = await trio.to_thread.run_sync(_received, core, route, body, payload, client_id)
+        engine.check_unique(received.request_id)  # no checkpoint until it is published
         output = await run_pooling(core, received)
         headers = {} if output.retry_after_s is None else {"retry-after": str(output.retry_after_s)}
         return Response(
@@ -96,11 +99,15 @@ def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
 
 
 def _received(
-    core: PoolingCore, route: PoolingRoute, body: _PoolingBody, payload: dict[str, Any]
+    core: PoolingCore,
+    route: PoolingRoute,
+    body: _PoolingBody,
+    payload: dict[str, Any],
+    client_id: str | None,
 ) -> PoolingRequested:
     inputs, plan = route.plan(core, body)
     return PoolingRequested(
-        request_id=route.id_prefix + uuid.uuid4().hex,
+        request_id=route.id_prefix + (client_id or uuid.uuid4().hex),
         endpoint=route.endpoint,
         model=core.name,
         created=int(core.clock()),

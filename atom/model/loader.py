@@ -172,16 +172,18 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         tokenizer=loaded.tokenizer,
         decode_kernel=None if ops is None else ops.paged_decode,
     )
-    log.info(
-        "model_loaded",
-        source=loaded.source,
-        device=device,
-        dtype=dtype_name,
-        kv_cache_bytes=num_blocks * per_block,
-        model_impl="transformers" if model is loaded.model else "atom",
-        cpu_kernels=ops is not None,
-    )
+    description = {
+        "source": loaded.source,
+        "device": device,
+        "dtype": dtype_name,
+        "quantization": settings.quantization or "off",
+        "model_impl": "transformers" if model is loaded.model else "atom",
+        "cpu_kernels": "on" if ops is not None else "off",
+        "kv_cache_bytes": str(num_blocks * per_block),
+    }
+    log.info("model_loaded", **description)
     return Runtime(
+        description=description,
         runner=runner,
         tokenizer=loaded.tokenizer,
         max_model_len=loaded.max_model_len,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ class PoolingRuntime:
     num_dimensions: int  # of each output: the embedding size, or the number of labels
     labels: tuple[str, ...] = ()  # a classifier's, by logit index
     is_matryoshka: bool = False  # embeddings may be cut to fewer dimensions
+    description: Mapping[str, str] = field(default_factory=dict)  # device, dtype, pooling
 
 
 class TorchPoolingRunner:
@@ -164,8 +165,16 @@ def load_pooling(settings: Settings, spec: ModelSpec) -> PoolingRuntime:
     else:
         num_dimensions = num_labels(config)
         labels = tuple(model.config.id2label[i] for i in range(num_dimensions))
-    log.info("pooling_model_loaded", model=spec.name, kind=spec.kind.value, device=runner.device)
+    description = {
+        "source": str(folder),
+        "device": str(runner.device),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "pooling": ",".join(runner.modes) or "logits",
+        "normalize": str(runner.normalize).lower(),
+    }
+    log.info("pooling_model_loaded", model=spec.name, kind=spec.kind.value, **description)
     return PoolingRuntime(
+        description=description,
         kind=spec.kind,
         runner=runner,
         tokenizer=tokenizer,

@@ -9,7 +9,7 @@ scheduled sequence.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from atom.events import SamplingParams, TokenLogprobs
@@ -93,3 +93,4 @@ class Runtime:
     tokenizer: Any
     max_model_len: int
     precompile: Callable[[str], object] | None = None  # warms the runner's grammar cache
+    description: Mapping[str, str] = field(default_factory=dict)  # device, dtype, kernels…

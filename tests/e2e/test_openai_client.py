@@ -76,6 +76,9 @@ def test_models_health_tokenize_detokenize(server: Server) -> None:
     assert chat_tok["count"] > tok.json()["count"]
     text = httpx.post(f"{server.url}/detokenize", json={"tokens": tok.json()["tokens"]})
     assert text.json()["prompt"].endswith("Hello")
+    info = httpx.get(f"{server.url}/server_info").json()["models"]
+    assert info[0]["device"] == "cpu" and info[0]["cpu_kernels"] in {"on", "off"}
+    assert info[1]["kind"] == "embed" and info[1]["pooling"] == "mean_tokens"
 
 
 def test_metrics_are_vllm_shaped(server: Server) -> None:

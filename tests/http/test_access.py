@@ -3,6 +3,7 @@ clients)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import trio
 
 from atom.config import Settings
 from atom.http.app import create_app
+from atom.request_log import read_log
 from tests.conftest import fake_loader, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -108,3 +110,62 @@ async def test_by_default_every_origin_is_allowed(tokenizer: Any) -> None:
         await wait_ready(app)
         answer = await http.get("/v1/models", headers={"origin": "https://any.example"})
     assert answer.headers["access-control-allow-origin"] == "*"
+
+
+async def test_version_and_server_info_never_show_the_keys(tokenizer: Any) -> None:
+    settings = Settings(api_key=("secret-key",), model=("SmolLM2-135M-Instruct",))
+    app = create_app(settings, load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        auth = {"authorization": "Bearer secret-key"}
+        version = await client.get("/version", headers=auth)
+        info = await client.get("/server_info", headers=auth)
+        refused = await client.get("/server_info")
+    assert version.json()["version"] == importlib.metadata.version("atom")
+    assert "secret-key" not in info.text and info.json()["settings"]["api_key"] == ["<hidden>"]
+    assert info.json()["settings"]["max_num_seqs"] == settings.max_num_seqs
+    assert [m["id"] for m in info.json()["models"]] == ["SmolLM2-135M-Instruct"]
+    assert refused.status_code == 401
+
+
+async def test_a_client_request_id_is_the_request_id_and_is_echoed(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "log.jsonl"
+    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        await wait_ready(app)
+        mine = {"x-request-id": "trace-42.a:b_c"}
+        answered = await http.post("/v1/chat/completions", json=chat, headers=mine)
+        embedded = await http.post("/v1/embeddings", json={"input": "x"}, headers=mine)
+        models = await http.get("/v1/models", headers=mine)
+        bad = await http.post("/v1/chat/completions", json=chat, headers={"x-request-id": "a b"})
+        plain = await http.post("/v1/chat/completions", json=chat)
+    assert answered.json()["id"] == "chatcmpl-trace-42.a:b_c"
+    assert embedded.json()["id"] == "embd-trace-42.a:b_c"
+    for answer in (answered, embedded, models):
+        assert answer.headers["x-request-id"] == "trace-42.a:b_c"
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-request-id"
+    assert "x-request-id" not in plain.headers and plain.json()["id"].startswith("chatcmpl-")
+    ids = {e.event.request_id for e in read_log(log_path) if e.event.type == "request_received"}
+    assert "chatcmpl-trace-42.a:b_c" in ids
+
+
+async def test_a_request_id_in_use_is_a_409(tokenizer: Any) -> None:
+    app = create_app(
+        Settings(), load=fake_loader(tokenizer, reply="word " * 200, step_delay_s=0.02)
+    )
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        answers: list[httpx.Response] = []
+
+        async def ask() -> None:
+            answers.append(await http.post("/v1/chat/completions", json=chat,
+                                           headers={"x-request-id": "same"}))  # fmt: skip
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(ask)
+    assert sorted(a.status_code for a in answers) == [200, 409]

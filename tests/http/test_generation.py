@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,45 @@ async def test_a_drain_refuses_new_requests_and_fails_what_outlives_the_timeout(
     assert drained == [True]
     failed = [e.event for e in read_log(log_path) if e.event.type == "request_failed"]
     assert len(failed) == 1  # logged before the process would exit
+
+
+async def test_a_hung_model_step_fails_the_requests_and_stops_the_process(
+    tokenizer: Any,
+) -> None:
+    release = threading.Event()
+    fatal: list[bool] = []
+
+    class Hanging(FakeRunner):
+        def step(self, plan):  # type: ignore[no-untyped-def]
+            release.wait(30)  # a kernel that never returns, until the test lets it
+            return super().step(plan)
+
+    def load(settings: Settings, spec: ModelSpec) -> Runtime:
+        return Runtime(runner=Hanging(eos_token_id=2), tokenizer=tokenizer, max_model_len=2048)
+
+    settings = Settings(model=(MODEL,), watchdog_timeout=0.5)
+    app = create_app(settings, load=load, on_fatal=lambda: fatal.append(True))
+    try:
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            await wait_ready(app)
+            whole = await client.post("/v1/chat/completions", json=CHAT)
+            release.set()  # so the server can stop: a step is never cut half way
+    finally:
+        release.set()
+    assert whole.status_code == 500 and "model step ran for more than 0.5 s" in whole.text
+    assert fatal == [True]
+
+
+async def test_a_deep_health_check_runs_every_model(tokenizer: Any) -> None:
+    app = create_app(Settings(), load=fake_loader(tokenizer))  # chat and embeddings
+    seen: list[Any] = []
+    app.engine.bus.subscribe(seen.append)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        deep = await client.get("/health", params={"deep": "1"})
+        sglang = await client.get("/health_generate")
+        metrics = (await client.get("/metrics")).text
+    assert deep.status_code == 200 and sglang.status_code == 200
+    sampled = {e.event.request_id for e in seen if e.event.type == "tokens_sampled"}
+    assert len(sampled) == 2 and all(rid.startswith("health-") for rid in sampled)
+    assert f'atom:generation_tokens_total{{model_name="{MODEL}"}} 0' in metrics  # not traffic
