@@ -37,6 +37,7 @@ class Settings:
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
+    sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
     watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
     responses_store_max: int = 1000  # stored Responses API responses
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
@@ -123,6 +124,7 @@ HELP = {
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
     "max_n": "largest n accepted",
     "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
+    "sse_ping_interval": "seconds an idle stream waits before a keep-alive comment (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
     "request_log": "JSONL event log path (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",

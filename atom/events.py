@@ -254,6 +254,13 @@ class RequestFailed(RequestEvent):
     retry_after_s: int | None = None
 
 
+@_tagged("keep_alive_sent")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeepAliveSent(RequestEvent):
+    """A stream had nothing to send for `--sse-ping-interval` seconds (queued, a long
+    prefill): the API's keep-alive went out (an SSE comment, Anthropic's `ping`)."""
+
+
 @_tagged("response_deleted")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseDeleted(RequestEvent):

@@ -16,6 +16,7 @@ from atom.errors import error_body
 from atom.events import (
     ChoiceFinished,
     Event,
+    KeepAliveSent,
     PromptLogprobs,
     PromptToken,
     ReasoningDelta,
@@ -31,6 +32,7 @@ from atom.events import (
 from atom.plan import Endpoint, ResponseShape
 
 SSE_DONE = b"data: [DONE]\n\n"
+SSE_PING = b": ping\n\n"  # an SSE comment: clients skip it, proxies see bytes flow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +98,8 @@ class StreamRenderer:
         )
 
     def _frames(self, event: Event) -> bytes | None:
+        if isinstance(event, KeepAliveSent):
+            return SSE_PING
         if isinstance(event, RequestAccepted):
             if not self._is_chat:
                 return b""

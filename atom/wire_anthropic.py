@@ -18,6 +18,7 @@ from atom.events import (
     ChoiceFinished,
     Event,
     FinishReason,
+    KeepAliveSent,
     ReasoningDelta,
     RequestAccepted,
     RequestCompleted,
@@ -149,6 +150,8 @@ class MessagesStreamRenderer:
         return Output(body=frames, content_type="text/event-stream", is_final=is_final)
 
     def _frames(self, event: Event) -> bytes | None:
+        if isinstance(event, KeepAliveSent):
+            return _sse({"type": "ping"})
         if isinstance(event, RequestAccepted):
             return _sse(self._start(len(event.prompt_ids))) + _sse({"type": "ping"})
         if is_content(event):

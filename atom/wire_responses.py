@@ -16,6 +16,7 @@ from atom.events import (
     ChoiceFinished,
     Event,
     FinishReason,
+    KeepAliveSent,
     ReasoningDelta,
     RequestAccepted,
     RequestCompleted,
@@ -25,7 +26,7 @@ from atom.events import (
     ToolArgumentsDelta,
 )
 from atom.plan import ResponseShape
-from atom.wire import Output, dumps, error_output
+from atom.wire import SSE_PING, Output, dumps, error_output
 
 _ID_PREFIX = {"text": "msg", "thinking": "rs", "tool_use": "fc"}  # an output item's id, by kind
 
@@ -147,6 +148,8 @@ class ResponsesStreamRenderer:
 
     def _frames(self, event: Event) -> bytes | None:
         response = self._response
+        if isinstance(event, KeepAliveSent):
+            return SSE_PING
         if isinstance(event, RequestAccepted):
             start = response.body(None, None)
             return self._sse("response.created", response=start) + self._sse(

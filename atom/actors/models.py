@@ -231,6 +231,7 @@ class Models:
             precompile=loaded.precompile,
             responses=self._responses,
             description=loaded.description,
+            sse_ping_interval_s=self.settings.sse_ping_interval,
         )
         return batcher
 

@@ -29,6 +29,7 @@ from atom.events import (
     Abort,
     ClientDisconnected,
     Event,
+    KeepAliveSent,
     RequestAborted,
     RequestAccepted,
     RequestFailed,
@@ -169,8 +170,19 @@ class RequestActor:
 
     async def _write(self, inbox: trio.MemoryReceiveChannel[Event]) -> None:
         assert self._usage is not None
+        shape = self._request.plan.shape
+        # A background stream's output goes to its tap, which counts events: no pings.
+        pings = shape.stream and not shape.request_fields.get("background")
+        interval = self._core.sse_ping_interval_s if pings else 0.0
         async with inbox:
-            async for event in inbox:
+            while True:
+                with trio.move_on_after(interval or math.inf) as idle:
+                    try:
+                        event = await inbox.receive()
+                    except trio.EndOfChannel:
+                        break
+                if idle.cancelled_caught:
+                    event = KeepAliveSent(request_id=self.request_id)
                 await self._emit(event)
         await self._emit(self._usage.completed(self._core.clock()))
 

@@ -229,3 +229,33 @@ async def test_a_deep_health_check_runs_every_model(tokenizer: Any) -> None:
     sampled = {e.event.request_id for e in seen if e.event.type == "tokens_sampled"}
     assert len(sampled) == 2 and all(rid.startswith("health-") for rid in sampled)
     assert f'atom:generation_tokens_total{{model_name="{MODEL}"}} 0' in metrics  # not traffic
+
+
+async def test_idle_streams_send_keep_alives_that_replay_byte_identical(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "log.jsonl"
+    settings = Settings(model=(MODEL,), sse_ping_interval=0.05, request_log=str(log_path))
+    app = create_app(settings, load=fake_loader(tokenizer, reply="a b c", step_delay_s=0.25))
+    sent: list[bytes] = []
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        for path, body in (
+            ("/v1/chat/completions", {**CHAT, "stream": True}),
+            ("/v1/messages", {"max_tokens": 8, "stream": True,
+                              "messages": [{"role": "user", "content": "hi"}]}),
+        ):  # fmt: skip
+            async with client.stream("POST", path, json=body) as r:
+                sent.append(b"".join([chunk async for chunk in r.aiter_raw()]))
+        whole = await client.post("/v1/chat/completions", json=CHAT)
+    chat_stream, messages_stream = sent
+    assert chat_stream.count(b": ping\n\n") >= 2 and messages_stream.count(b"event: ping") >= 3
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or ""
+        for c in sse_payloads(chat_stream.replace(b": ping\n\n", b""))[:-1]
+        if c["choices"]
+    )
+    assert text == "a b c"
+    assert b"ping" not in whole.content  # bodies are never pinged
+    replayed = [bytes(r.body) for r in project(read_log(log_path))]
+    assert replayed[:2] == sent
