@@ -351,6 +351,16 @@ class EngineStepped(Event):
     prefix_cache_hits: int
 
 
+@_tagged("prefix_cache_reset")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixCacheReset(Event):
+    """POST /reset_prefix_cache: the model's Batcher forgot the cached prefixes no
+    running sequence holds, between two steps."""
+
+    model: str = ""
+    num_blocks: int = 0  # cached blocks forgotten
+
+
 @_tagged("engine_idle")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineIdle(Event):

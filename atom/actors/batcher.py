@@ -26,6 +26,7 @@ from atom.events import (
     EngineStepped,
     Envelope,
     Event,
+    PrefixCacheReset,
     RequestReleased,
     RequestScheduled,
     Submit,
@@ -84,6 +85,7 @@ class Batcher:
         self._device = device  # every runner call happens on this one thread
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
+        self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
 
     # --- called by request actors (same Trio thread) ---------------------------
 
@@ -94,6 +96,11 @@ class Batcher:
         if len(self._queue) >= self._max_queued:
             raise Overloaded("the server is overloaded; retry later")
         self._queue.append(_Queued(submit, outbox, trio.current_time()))
+        self._wake.set()
+
+    def reset_prefix_cache_nowait(self) -> None:
+        """Forget the cached prefixes at the next step boundary (PrefixCacheReset)."""
+        self._is_reset_asked = True
         self._wake.set()
 
     def abort_nowait(self, abort: Abort) -> None:
@@ -121,6 +128,7 @@ class Batcher:
         task_status.started()
         while True:
             self._apply_aborts()
+            self._apply_reset()
             self._admit()
             plan = self._scheduler.schedule()
             if not plan.chunks:
@@ -149,6 +157,12 @@ class Batcher:
                 )
             )
             await trio.lowlevel.checkpoint()  # let request actors run between steps
+
+    def _apply_reset(self) -> None:
+        if self._is_reset_asked:
+            self._is_reset_asked = False
+            num_blocks = self._scheduler.kv.reset_prefix_cache()
+            self._publish(PrefixCacheReset(model=self._model, num_blocks=num_blocks))
 
     def fail_all(self, error: AtomError) -> None:
         """Close every outbox with `error` (the Batcher is dying) and refuse new submits.

@@ -9,6 +9,7 @@ from typing import Literal
 from quart import Response
 from quart_trio import QuartTrio
 
+from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
 from atom.http.body import request_json
 from atom.http.errors import parse
@@ -16,7 +17,7 @@ from atom.http.schemas import _Body
 from atom.model.catalog import ModelSpec, kind_of, readable_name
 from atom.wire import dumps
 
-ADMIN_PATHS = frozenset({"/models/load", "/models/unload"})
+ADMIN_PATHS = frozenset({"/models/load", "/models/unload", "/reset_prefix_cache"})
 
 
 class LoadModelRequest(_Body):
@@ -42,6 +43,15 @@ def register(app: QuartTrio, engine: Engine) -> None:
         body = parse(UnloadModelRequest, await request_json())
         spec = await engine.models.unload(body.model)
         return _answer(spec, "unloaded")
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        """vLLM's route: every generation model forgets its cached prefixes at its next
+        step boundary (running sequences keep theirs)."""
+        for core in list(engine.models.cores.values()):
+            if isinstance(core, EngineCore):
+                core.batcher.reset_prefix_cache_nowait()
+        return Response(dumps({"status": "ok"}), content_type="application/json")
 
 
 def _answer(spec: ModelSpec, status: Literal["loaded", "unloaded"]) -> Response:

@@ -32,6 +32,12 @@ def register(app: QuartTrio, engine: Engine) -> None:
         cards = [_card(engine, name) for name in engine.models.specs]
         return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
+    register_info(app, engine)
+
+
+def register_info(app: QuartTrio, engine: Engine) -> None:
+    """/health_generate, /version, /server_info, /metrics."""
+
     @app.get("/health_generate")  # SGLang's name for the deep check
     async def health_generate() -> Response:
         check_ready(engine)

@@ -165,13 +165,7 @@ def load_pooling(settings: Settings, spec: ModelSpec) -> PoolingRuntime:
     else:
         num_dimensions = num_labels(config)
         labels = tuple(model.config.id2label[i] for i in range(num_dimensions))
-    description = {
-        "source": str(folder),
-        "device": str(runner.device),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "pooling": ",".join(runner.modes) or "logits",
-        "normalize": str(runner.normalize).lower(),
-    }
+    description = _description(folder, runner)
     log.info("pooling_model_loaded", model=spec.name, kind=spec.kind.value, **description)
     return PoolingRuntime(
         description=description,
@@ -183,6 +177,17 @@ def load_pooling(settings: Settings, spec: ModelSpec) -> PoolingRuntime:
         labels=labels,
         is_matryoshka=bool(config.get("is_matryoshka") or config.get("matryoshka_dimensions")),
     )
+
+
+def _description(folder: Path, runner: TorchPoolingRunner) -> dict[str, str]:
+    """What loading chose, for the start-up log and /server_info."""
+    return {
+        "source": str(folder),
+        "device": str(runner.device),
+        "dtype": str(next(runner.model.parameters()).dtype).removeprefix("torch."),
+        "pooling": ",".join(runner.modes) or "logits",
+        "normalize": str(runner.normalize).lower(),
+    }
 
 
 def _load_weights(settings: Settings, folder: Path, kind: ModelKind) -> Any:

@@ -127,3 +127,23 @@ async def test_models_max_unloads_the_least_recently_used(tokenizer: Any, tmp_pa
         names = [m["id"] for m in (await http.get("/v1/models")).json()["data"]]
     assert loaded.status_code == 200
     assert names == [CHAT_MODEL, "second"]
+
+
+async def test_reset_prefix_cache_is_an_admin_route_and_an_event(tokenizer: Any) -> None:
+    settings = Settings(model=(CHAT_MODEL,), enable_admin_routes=True)
+    app = create_app(settings, load=fake_loader(tokenizer))
+    seen: list[Any] = []
+    app.engine.bus.subscribe(seen.append)
+    long_chat = {**chat(CHAT_MODEL), "messages": [{"role": "user", "content": "hi " * 40}]}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(app)
+        await http.post("/v1/chat/completions", json=long_chat)
+        reset = await http.post("/reset_prefix_cache")
+        while not any(e.event.type == "prefix_cache_reset" for e in seen):
+            await trio.sleep(0.01)
+        again = await http.post("/v1/chat/completions", json=long_chat)
+    assert reset.json() == {"status": "ok"} and again.status_code == 200
+    (event,) = [e.event for e in seen if e.event.type == "prefix_cache_reset"]
+    assert event.model == CHAT_MODEL and event.num_blocks > 0
+    hits = [e.event.prefix_cache_hits for e in seen if e.event.type == "engine_stepped"]
+    assert sum(hits) == 0  # the second prompt found nothing cached

@@ -34,6 +34,21 @@ def test_freed_blocks_stay_cached_until_evicted_least_recently_used() -> None:
     assert kv.num_free_blocks == 4
 
 
+def test_a_reset_forgets_free_cached_blocks_and_keeps_those_in_use() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=2)
+    free_prompt, live_prompt = [1, 2, 3, 4, 5], [9, 8, 7, 6, 5]
+    for seq, prompt in (("a", free_prompt), ("live", live_prompt)):
+        kv.acquire_prefix(seq, prompt, None)
+        kv.allocate(seq, 5)
+        kv.commit(seq, prompt, 5, None)
+    kv.free("a")
+    assert kv.reset_prefix_cache() == 2  # a's two full blocks
+    kv.check_invariants()
+    assert kv.acquire_prefix("b", free_prompt, None) == 0
+    assert kv.acquire_prefix("c", live_prompt, None) == 4  # still shared with "live"
+    assert kv.reset_prefix_cache() == 0
+
+
 def test_without_prefix_caching_nothing_is_reused() -> None:
     kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=False)
     kv.allocate("a", 4)

@@ -68,6 +68,19 @@ class KVCacheManager:
 
     # --- mutations -----------------------------------------------------------------
 
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached prefix no live sequence holds (their blocks stay free);
+        returns how many blocks it forgot. Blocks in use keep their hashes, so the
+        invariants hold and running sequences are untouched."""
+        forgotten = 0
+        for block_id in self._free:
+            block = self._blocks[block_id]
+            if block.hash is not None:
+                del self._cached[block.hash]
+                block.hash = None
+                forgotten += 1
+        return forgotten
+
     def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: str | None) -> int:
         """Start `seq_id`'s table with the longest cached prefix; returns the cached token count.
 
