@@ -8,6 +8,7 @@ model's length are a 400 naming the input, unless `truncate_prompt_tokens` cuts 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from atom.actors.cores import PoolingCore
@@ -71,13 +72,7 @@ def plan_rerank(core: PoolingCore, body: RerankRequest) -> Planned:
         core, [body.query] * len(body.documents), body.documents, body, Endpoint.RERANK
     )
     documents = tuple(body.documents) if body.return_documents else ()
-    return inputs, PoolingPlan(
-        endpoint=Endpoint.RERANK,
-        activation=plan.activation,
-        comparisons=plan.comparisons,
-        documents=documents,
-        top_n=body.top_n,
-    )
+    return inputs, replace(plan, documents=documents, top_n=body.top_n)
 
 
 def _pairs(

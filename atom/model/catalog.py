@@ -172,10 +172,11 @@ def num_labels(config: dict[str, Any]) -> int:
     return len(config.get("id2label") or {0: "LABEL_0", 1: "LABEL_1"})
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when there is none (or it is no object)."""
+def read_json(path: Path, *, expect: type = dict) -> Any:
+    """A JSON file's value when it is of type `expect` (an object by default); an empty
+    one of that type when the file is missing, unreadable or holds something else."""
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return expect()
+    return value if isinstance(value, expect) else expect()

@@ -9,7 +9,6 @@ call at a time, on the device thread.
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,17 +150,20 @@ def load_pooling(settings: Settings, spec: ModelSpec) -> PoolingRuntime:
     config = read_json(folder / "config.json")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     max_model_len = _max_model_len(folder, config, settings.max_model_len)
+    is_embedding = spec.kind is ModelKind.EMBED
+    modes, normalize = sentence_transformer_modules(folder) if is_embedding else ((), False)
     model = _load_weights(settings, folder, spec.kind)
     runner = TorchPoolingRunner(
         model,
         kind=spec.kind,
+        modes=modes,
+        normalize=normalize,
         pad_token_id=tokenizer.pad_token_id or 0,
         max_padded_tokens=max(settings.max_num_batched_tokens, max_model_len),
     )
     labels: tuple[str, ...] = ()
-    if spec.kind is ModelKind.EMBED:
-        runner.modes, runner.normalize = sentence_transformer_modules(folder)
-        num_dimensions = int(config.get("hidden_size", 0)) * len(runner.modes)
+    if is_embedding:
+        num_dimensions = int(config.get("hidden_size", 0)) * len(modes)
     else:
         num_dimensions = num_labels(config)
         labels = tuple(model.config.id2label[i] for i in range(num_dimensions))
@@ -204,7 +206,8 @@ def sentence_transformer_modules(folder: Path) -> tuple[tuple[str, ...], bool]:
     """The pooling modes and whether vectors are normalized, from `modules.json`; a bare
     encoder without one pools its CLS token and normalizes, as vLLM does. ValueError for
     modules ATOM does not run (Dense layers and the like)."""
-    modules = read_json_list(folder / "modules.json")
+    listed = read_json(folder / "modules.json", expect=list)
+    modules = [m for m in listed if isinstance(m, dict)]
     if not modules:
         return ("cls_token",), True
     modes: tuple[str, ...] = ()
@@ -219,14 +222,6 @@ def sentence_transformer_modules(folder: Path) -> tuple[tuple[str, ...], bool]:
         elif kind != "Transformer":
             raise ValueError(f"{folder}: the sentence-transformers module {kind} is not supported")
     return modes or ("mean_tokens",), normalize
-
-
-def read_json_list(path: Path) -> list[dict[str, Any]]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
 def _max_model_len(folder: Path, config: dict[str, Any], requested: int | None) -> int:
