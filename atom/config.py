@@ -39,6 +39,8 @@ class Settings:
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
     sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
     watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
+    while_asleep: str = "reject"  # after POST /sleep: "reject" (503) or "wait" (queued)
+    profile_dir: str | None = None  # POST /start_profile writes traces here (else 404)
     responses_store_max: int = 1000  # stored Responses API responses
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
@@ -108,6 +110,8 @@ HELP = {
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
+    "while_asleep": "after POST /sleep new requests get a 503 (reject) or wait (wait)",
+    "profile_dir": "enable POST /start_profile and /stop_profile; traces are written here",
     "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
     "models_max": "models loaded at once (POST /models/load unloads the least recently used)",
     "enable_admin_routes": "allow admin routes (model load/unload) when no API key is set",

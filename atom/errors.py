@@ -116,6 +116,15 @@ class ServerDraining(AtomError):
     retry_after_s = 1
 
 
+class ModelAsleep(AtomError):
+    """POST /sleep freed the model (ATOM_WHILE_ASLEEP=reject): POST /wake_up brings it back."""
+
+    status = 503
+    error_type = "service_unavailable"
+    code = "model_asleep"
+    retry_after_s = 5
+
+
 class EngineFailed(AtomError):
     status = 500
     error_type = "server_error"

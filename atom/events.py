@@ -2,15 +2,26 @@
 
 Commands are imperative (the Batcher is asked to do something); events are past
 tense (something happened). The request log is the event stream as JSONL, so
-every field here is plain data: ints, floats, strings, tuples and dicts.
+every field here is plain data: ints, floats, strings, tuples and dicts. The engine's
+own events (steps, weights, sleep) are in atom/engine_events.py, re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
+from atom.engine_events import EngineIdle as EngineIdle
+from atom.engine_events import EngineStepped as EngineStepped
+from atom.engine_events import ModelSlept as ModelSlept
+from atom.engine_events import ModelWoke as ModelWoke
+from atom.engine_events import PrefixCacheReset as PrefixCacheReset
+from atom.engine_events import WeightsUpdated as WeightsUpdated
+from atom.event_base import Event as Event
+from atom.event_base import RequestEvent
+from atom.event_base import event_class as event_class
+from atom.event_base import tagged as _tagged
 from atom.plan import Endpoint, PoolingPlan, RequestPlan, SamplingParams
 
 
@@ -18,25 +29,6 @@ class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     TOOL_CALLS = "tool_calls"
-
-
-_REGISTRY: dict[str, type[Event]] = {}
-
-
-def _tagged(tag: str):  # type: ignore[no-untyped-def]
-    """Class decorator: give a record its stable wire tag and register it for decoding."""
-
-    def wrap(cls):  # type: ignore[no-untyped-def]
-        cls.type = tag
-        _REGISTRY[tag] = cls
-        return cls
-
-    return wrap
-
-
-def event_class(tag: str) -> type[Event]:
-    """The record class for a wire tag; KeyError for an unknown tag."""
-    return _REGISTRY[tag]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,20 +61,6 @@ class PromptToken:
     logprob: float
     rank: int
     top: tuple[tuple[int, str, float, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    """Base of every command and event; `type` is the stable wire tag."""
-
-    type: ClassVar[str] = "event"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestEvent(Event):
-    """An event about one request."""
-
-    request_id: str
 
 
 # --- commands to the Batcher ------------------------------------------------
@@ -335,39 +313,6 @@ class RequestReleased(RequestEvent):
     """The Batcher holds nothing of the request any more (finished or aborted)."""
 
     was_scheduled: bool
-
-
-@_tagged("engine_stepped")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineStepped(Event):
-    """One Batcher step ran; counts are for this step, usage is after it."""
-
-    model: str = ""  # the served model's name ("" in logs from before several models)
-    num_tokens: int
-    num_seqs: int
-    kv_cache_usage: float
-    num_preemptions: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-
-
-@_tagged("prefix_cache_reset")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PrefixCacheReset(Event):
-    """POST /reset_prefix_cache: the model's Batcher forgot the cached prefixes no
-    running sequence holds, between two steps."""
-
-    model: str = ""
-    num_blocks: int = 0  # cached blocks forgotten
-
-
-@_tagged("engine_idle")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineIdle(Event):
-    """The Batcher has nothing to run; usage is what aborts since its last step left."""
-
-    model: str = ""
-    kv_cache_usage: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

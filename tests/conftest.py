@@ -6,6 +6,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import hypercorn.trio
@@ -17,7 +18,7 @@ from atom.config import Settings
 from atom.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.fake_pooling import FakePoolingRunner
-from atom.model.fake_runner import FakeRunner
+from atom.model.fake_runner import FakeRunner, Script
 from atom.model.loader import load_tokenizer
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
@@ -35,10 +36,11 @@ def fake_loader(
 ) -> Callable[[Settings, ModelSpec], Runtime | PoolingRuntime]:
     """A loader for create_app/Engine: FakeRunner replying `reply` for generation models,
     FakePoolingRunner for the others; the real tokenizer."""
-    reply_ids = tokenizer.encode(reply, add_special_tokens=False)
+    script = replying(tokenizer, reply)
 
-    def script(prompt_ids: tuple[int, ...], params: Any, seed: int) -> list[int]:
-        return list(reply_ids)
+    def load_weights(path: str) -> Script:
+        """Fake weights: a text file holding the reply they give."""
+        return replying(tokenizer, Path(path).read_text())
 
     def load(settings: Settings, spec: ModelSpec) -> Runtime | PoolingRuntime:
         if spec.kind is not ModelKind.GENERATE:
@@ -49,9 +51,24 @@ def fake_loader(
             script=script,
             step_delay_s=step_delay_s,
         )
-        return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=max_model_len)
+        return Runtime(
+            runner=runner,
+            tokenizer=tokenizer,
+            max_model_len=max_model_len,
+            load_weights=load_weights,
+        )
 
     return load
+
+
+def replying(tokenizer: Any, reply: str) -> Script:
+    """A FakeRunner script that answers every prompt with `reply`."""
+    reply_ids = tokenizer.encode(reply, add_special_tokens=False)
+
+    def script(prompt_ids: tuple[int, ...], params: Any, seed: int) -> list[int]:
+        return list(reply_ids)
+
+    return script
 
 
 @functools.cache

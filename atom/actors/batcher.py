@@ -6,31 +6,40 @@ tokens to each request's Outbox. New requests join the running batch at step
 boundaries (continuous batching). The submit queue is bounded: when it is full
 `submit_nowait` raises Overloaded and the client gets a 429; a request that waits in it
 longer than `max_queue_wait_s` is failed with QueueTimeout (a 503).
+
+Between two steps it also changes the model's state for the admin routes: new weights
+(`replace_weights`), `sleep` (once nothing runs) and `wake_up`; each is a job the loop
+runs at the step boundary, so a step never sees a half-changed runner.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+import outcome
 import trio
 
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
-from atom.errors import AtomError, EngineFailed, Overloaded, QueueTimeout
+from atom.errors import AtomError, EngineFailed, ModelAsleep, Overloaded, QueueTimeout
 from atom.events import (
     Abort,
     EngineIdle,
     EngineStepped,
     Envelope,
     Event,
+    ModelSlept,
+    ModelWoke,
     PrefixCacheReset,
     RequestReleased,
     RequestScheduled,
     Submit,
     TokensSampled,
+    WeightsUpdated,
 )
 from atom.model.runner import Runner
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
@@ -52,6 +61,17 @@ class _Queued:
     queued_at: float  # trio's clock
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Work for the step boundary: `run` on the loop between two steps (`when_idle`: once
+    no request runs); its outcome is handed to the waiting caller."""
+
+    run: Callable[[], Awaitable[None]]
+    when_idle: bool
+    done: trio.Event = field(default_factory=trio.Event)
+    result: list[outcome.Outcome[None]] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class _Admitted:
     submit: Submit
@@ -70,6 +90,7 @@ class Batcher:
         max_queue_wait_s: float = math.inf,
         device: DeviceThread,
         model: str = "",
+        reject_while_asleep: bool = True,
     ) -> None:
         self._model = model  # the served name its engine events carry
         self._runner = runner
@@ -86,6 +107,10 @@ class Batcher:
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
+        self._jobs: list[_Job] = []  # model-state changes waiting for the step boundary
+        self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
+        self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
+        self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
 
     # --- called by request actors (same Trio thread) ---------------------------
 
@@ -93,6 +118,8 @@ class Batcher:
         """Queue a request; raises Overloaded when the queue is full. Never blocks."""
         if self._is_closed:
             raise EngineFailed("the engine is not running")
+        if self.sleep_level and self._reject_while_asleep:
+            raise ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
         if len(self._queue) >= self._max_queued:
             raise Overloaded("the server is overloaded; retry later")
         self._queue.append(_Queued(submit, outbox, trio.current_time()))
@@ -102,6 +129,82 @@ class Batcher:
         """Forget the cached prefixes at the next step boundary (PrefixCacheReset)."""
         self._is_reset_asked = True
         self._wake.set()
+
+    # --- model state (the admin routes), applied between steps ------------------------
+
+    async def replace_weights(self, weights: Any, *, source: str, version: str | None) -> int:
+        """The runner takes `weights` between two steps and every cached prefix is
+        forgotten; running requests continue on them. Returns how many were running."""
+        paused: list[int] = []
+
+        async def swap() -> None:
+            await self._device.run_sync(self._runner.replace_weights, weights)
+            paused.append(len(self._running))
+            num_blocks = self._scheduler.kv.flush_prefix_cache()
+            updated = WeightsUpdated(
+                model=self._model,
+                source=source,
+                weight_version=version,
+                num_paused_requests=paused[0],
+                num_blocks=num_blocks,
+            )
+            self._publish(updated)
+
+        await self._at_boundary(swap)
+        return paused[0]
+
+    async def sleep(self, level: int) -> None:
+        """Admit nothing more (queued requests fail with ModelAsleep unless they may
+        wait), let the running ones finish, then free the KV cache and, at level 2, the
+        weights. Returns once asleep, or once woken again if that came first."""
+        if self.sleep_level:
+            return
+        self.sleep_level = level
+        if self._reject_while_asleep:
+            refused = ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
+            while self._queue:
+                self._refuse(self._queue.popleft(), refused)
+
+        async def fall_asleep() -> None:
+            if self.sleep_level:  # no wake-up came first
+                await self._device.run_sync(self._runner.sleep, level)
+                self._scheduler.kv.flush_prefix_cache()  # the cache itself is gone
+                self.is_asleep = True
+                self._publish(ModelSlept(model=self._model, level=level))
+
+        await self._at_boundary(fall_asleep, when_idle=True)
+
+    async def wake_up(self, weights: Any | None = None, *, source: str | None = None) -> None:
+        """Undo `sleep` (`weights`, read from `source`, after a level-2 sleep): the KV
+        cache comes back and queued requests are admitted again."""
+
+        async def wake() -> None:
+            if self.is_asleep:
+                await self._device.run_sync(self._runner.wake_up, weights)
+                self._publish(ModelWoke(model=self._model, source=source))
+            self.sleep_level, self.is_asleep = 0, False
+
+        if self.sleep_level:
+            await self._at_boundary(wake)
+
+    async def _at_boundary(
+        self, run: Callable[[], Awaitable[None]], when_idle: bool = False
+    ) -> None:
+        if self._is_closed:
+            raise EngineFailed("the engine is not running")
+        job = _Job(run, when_idle)
+        self._jobs.append(job)
+        self._wake.set()
+        with trio.CancelScope(shield=True):  # asked is done: the caller leaving stops nothing
+            await job.done.wait()
+        job.result[0].unwrap()
+
+    async def _run_jobs(self) -> None:
+        for job in list(self._jobs):
+            if not (job.when_idle and self._running):
+                self._jobs.remove(job)
+                job.result.append(await outcome.acapture(job.run))
+                job.done.set()
 
     def abort_nowait(self, abort: Abort) -> None:
         """Drop a request (or one choice) at the next step boundary. Never fails."""
@@ -127,6 +230,7 @@ class Batcher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
+            await self._run_jobs()
             self._apply_aborts()
             self._apply_reset()
             self._admit()
@@ -168,6 +272,10 @@ class Batcher:
         """Close every outbox with `error` (the Batcher is dying) and refuse new submits.
         Idempotent."""
         self._is_closed = True
+        for job in self._jobs:  # their callers get the error
+            job.result.append(outcome.Error(error))
+            job.done.set()
+        self._jobs.clear()
         for outbox in [
             *(a.outbox for a in self._running.values()),
             *(q.outbox for q in self._queue),
@@ -193,7 +301,7 @@ class Batcher:
         """Admit queued requests oldest first while the scheduler has room, dropping the
         abandoned ones as they reach the head, after failing those that waited too long."""
         self._expire()
-        while self._queue:
+        while self._queue and not self.sleep_level:
             head = self._queue[0]
             if not head.outbox.is_abandoned and not self._scheduler.can_admit(
                 head.submit.total_choices
@@ -217,10 +325,14 @@ class Batcher:
         """Fail the requests that waited longer than max_queue_wait_s (the oldest are first)."""
         deadline = trio.current_time() - self._max_queue_wait_s
         while self._queue and self._queue[0].queued_at < deadline:
-            queued = self._queue.popleft()
             wait = f"{self._max_queue_wait_s:g}"
-            queued.outbox.close(QueueTimeout(f"the request waited more than {wait} s in the queue"))
-            self._publish(RequestReleased(request_id=queued.submit.request_id, was_scheduled=False))
+            timeout = QueueTimeout(f"the request waited more than {wait} s in the queue")
+            self._refuse(self._queue.popleft(), timeout)
+
+    def _refuse(self, queued: _Queued, error: AtomError) -> None:
+        """A queued request that will not be admitted: its client gets `error`."""
+        queued.outbox.close(error)
+        self._publish(RequestReleased(request_id=queued.submit.request_id, was_scheduled=False))
 
     def _deliver(self, output: SeqOutput) -> None:
         seq = output.seq

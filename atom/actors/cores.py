@@ -28,6 +28,7 @@ class EngineCore:
     max_model_len: int
     max_prompt_chars: int  # a longer prompt text cannot fit: refused before tokenizing
     precompile: Callable[[str], object] | None = None
+    load_weights: Callable[[str], Any] | None = None  # new weights from a path (Runtime's)
     responses: ResponsesStore | None = None  # the Responses API's store
     sse_ping_interval_s: float = 0.0  # an idle stream's keep-alive period (0: none)
     description: Mapping[str, str] = field(default_factory=dict)  # what loading chose

@@ -69,12 +69,17 @@ class Models:
         self._on_fatal = on_fatal
         self._actors: dict[str, tuple[Batcher | Pooler, trio.CancelScope]] = {}
         self._last_used: dict[str, float] = {}
+        self._sources: dict[str, str] = {}  # where weights replaced at runtime came from
         self._nursery: trio.Nursery | None = None
         self._device: DeviceThread | None = None
         self.is_started = False  # every start-up model is loaded
         self._stop_reason: str | None = None
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
+        if settings.while_asleep not in {"reject", "wait"}:
+            raise ValueError(
+                f"--while-asleep: expected reject or wait, got {settings.while_asleep!r}"
+            )
 
     # --- routing (called by the routes, on the event loop) -------------------------
 
@@ -163,6 +168,59 @@ class Models:
         log.info("model_unloaded", model=name)
         return spec
 
+    # --- model state (update weights, sleep) ---------------------------------------
+
+    async def update_weights(self, name: str | None, path: str, version: str | None) -> int:
+        """New weights for a generation model (the first one when `name` is None), read
+        from `path` in a worker thread and swapped in between two steps. Returns how many
+        requests continue on them. InvalidRequest when they do not load or fit."""
+        core = self._generation(name)
+        if core.batcher.sleep_level:
+            raise Conflict(f"the model `{core.name}` is asleep; POST /wake_up first")
+        weights = await self._read_weights(core, path)
+        paused = await core.batcher.replace_weights(weights, source=path, version=version)
+        self._sources[core.name] = path
+        log.info("weights_updated", model=core.name, source=path, weight_version=version)
+        return paused
+
+    async def sleep(self, level: int) -> None:
+        """Every generation model sleeps once what it runs has finished (Batcher.sleep)."""
+        async with trio.open_nursery() as nursery:
+            for core in self._generation_cores():
+                nursery.start_soon(core.batcher.sleep, level)
+
+    async def wake_up(self) -> None:
+        """Every sleeping generation model wakes; after a level-2 sleep its weights are
+        read again from where they last came from."""
+        for core in self._generation_cores():
+            weights, source = None, None
+            if core.batcher.is_asleep and core.batcher.sleep_level >= 2:
+                source = self._sources.get(core.name, self.specs[core.name].source)
+                weights = await self._read_weights(core, source)
+            await core.batcher.wake_up(weights, source=source)
+
+    @property
+    def is_sleeping(self) -> bool:
+        return any(core.batcher.sleep_level for core in self._generation_cores())
+
+    def _generation_cores(self) -> list[EngineCore]:
+        return [core for core in self.cores.values() if isinstance(core, EngineCore)]
+
+    def _generation(self, name: str | None) -> EngineCore:
+        core = self.core(name, frozenset({ModelKind.GENERATE}), "this route")
+        assert isinstance(core, EngineCore)
+        return core
+
+    async def _read_weights(self, core: EngineCore, path: str) -> Any:
+        if core.load_weights is None:
+            raise InvalidRequest(f"the model `{core.name}` cannot load new weights")
+        try:
+            with trio.CancelScope(shield=True):  # a load cannot be stopped half way
+                return await trio.to_thread.run_sync(core.load_weights, path)
+        except Exception as exc:
+            log.warning("weights_load_failed", model=core.name, source=path, error=str(exc))
+            raise InvalidRequest(f"could not load weights from {path}: {exc}") from None
+
     def fail_all(self, error: AtomError) -> None:
         """Fail every request any model holds (the engine is dying); new ones are refused."""
         for actor, _ in self._actors.values():
@@ -229,6 +287,7 @@ class Models:
             max_model_len=loaded.max_model_len,
             max_prompt_chars=loaded.max_model_len * max_token_chars(loaded.tokenizer),
             precompile=loaded.precompile,
+            load_weights=loaded.load_weights,
             responses=self._responses,
             description=loaded.description,
             sse_ping_interval_s=self.settings.sse_ping_interval,
@@ -268,6 +327,7 @@ class Models:
             max_queue_wait_s=s.max_queue_wait,
             device=device,
             model=name,
+            reject_while_asleep=s.while_asleep == "reject",
         )
 
     def description_of(self, name: str) -> dict[str, str]:

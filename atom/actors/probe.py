@@ -23,8 +23,10 @@ ONE_TOKEN = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 
 
 async def probe_all(cores: Iterable[Core]) -> None:
+    """Probe every model but those POST /sleep put to sleep (they answer nothing)."""
     for core in list(cores):
-        await probe(core)
+        if not (isinstance(core, EngineCore) and core.batcher.sleep_level):
+            await probe(core)
 
 
 async def probe(core: Core) -> None:

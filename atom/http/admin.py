@@ -1,23 +1,36 @@
-"""Admin routes: load and unload models while the server runs (llama.cpp's router
-mode). With API keys they need a key, as every route does; without keys they are
-refused (403) unless `--enable-admin-routes`."""
+"""Admin routes: load and unload models (llama.cpp's router mode), new weights from disk
+(SGLang's route), sleep and wake-up (vLLM's), the prefix cache reset and profiling. With
+API keys they need a key, as every route does; without keys they are refused (403)
+unless `--enable-admin-routes`."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
+from atom.errors import AtomError, InvalidRequest
 from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.schemas import _Body
 from atom.model.catalog import ModelSpec, kind_of, readable_name
 from atom.wire import dumps
 
-ADMIN_PATHS = frozenset({"/models/load", "/models/unload", "/reset_prefix_cache"})
+ADMIN_PATHS = frozenset(
+    {
+        "/models/load",
+        "/models/unload",
+        "/reset_prefix_cache",
+        "/update_weights_from_disk",
+        "/sleep",
+        "/wake_up",
+        "/start_profile",
+        "/stop_profile",
+    }
+)
 
 
 class LoadModelRequest(_Body):
@@ -27,6 +40,17 @@ class LoadModelRequest(_Body):
 
 class UnloadModelRequest(_Body):
     model: str  # the served name
+
+
+class UpdateWeightsRequest(_Body):
+    """SGLang's body (its other fields are accepted and ignored: the cache is always
+    flushed); `model` is ATOM's, for a server of several models."""
+
+    model_path: str
+    load_format: Literal["auto"] | None = None
+    weight_version: str | None = None
+    abort_all_requests: Literal[False] = False  # running requests continue on the new weights
+    model: str | None = None  # the served name (default: the first generation model)
 
 
 def register(app: QuartTrio, engine: Engine) -> None:
@@ -51,9 +75,52 @@ def register(app: QuartTrio, engine: Engine) -> None:
         for core in list(engine.models.cores.values()):
             if isinstance(core, EngineCore):
                 core.batcher.reset_prefix_cache_nowait()
-        return Response(dumps({"status": "ok"}), content_type="application/json")
+        return _json({"status": "ok"})
+
+    register_model_state(app, engine)
+
+
+def register_model_state(app: QuartTrio, engine: Engine) -> None:
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk() -> Response:
+        """Answered in SGLang's shape, a failure too: `success`, `message`,
+        `num_paused_requests` (the requests that continue on the new weights)."""
+        body = parse(UpdateWeightsRequest, await request_json())
+        try:
+            paused = await engine.models.update_weights(
+                body.model, body.model_path, body.weight_version
+            )
+        except AtomError as error:
+            failed = {"success": False, "message": error.message, "num_paused_requests": 0}
+            return _json(failed, status=error.status)
+        message = f"Updated the model weights from {body.model_path}."
+        return _json({"success": True, "message": message, "num_paused_requests": paused})
+
+    @app.post("/sleep")
+    async def sleep() -> Response:
+        """vLLM's route: `?level=1` frees the KV cache (and offloads the weights from an
+        accelerator), `level=2` the weights too. Answers once asleep."""
+        level = request.args.get("level", "1")
+        if level not in {"1", "2"}:
+            raise InvalidRequest(f"level must be 1 or 2, got {level!r}", param="level")
+        await engine.models.sleep(int(level))
+        return _json({"is_sleeping": engine.models.is_sleeping, "level": int(level)})
+
+    @app.post("/wake_up")
+    async def wake_up() -> Response:
+        if "tags" in request.args:
+            raise InvalidRequest("tags are not supported: weights and cache wake together")
+        await engine.models.wake_up()
+        return _json({"is_sleeping": engine.models.is_sleeping})
+
+    @app.get("/is_sleeping")
+    async def is_sleeping() -> Response:
+        return _json({"is_sleeping": engine.models.is_sleeping})
 
 
 def _answer(spec: ModelSpec, status: Literal["loaded", "unloaded"]) -> Response:
-    body = {"id": spec.name, "object": "model", "status": status, "kind": spec.kind.value}
-    return Response(dumps(body), content_type="application/json")
+    return _json({"id": spec.name, "object": "model", "status": status, "kind": spec.kind.value})
+
+
+def _json(body: object, status: int = 200) -> Response:
+    return Response(dumps(body), status=status, content_type="application/json")

@@ -31,6 +31,8 @@ def reverse_script(prompt_ids: tuple[int, ...], params: SamplingParams, seed: in
 @dataclass(slots=True)
 class _FakeSeq:
     prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    seed: int
     reply: list[int]
     sampled: list[int] = field(default_factory=list)
 
@@ -46,6 +48,7 @@ class FakeRunner:
     script: Script = reverse_script
     step_delay_s: float = 0.0
     num_steps: int = 0
+    is_asleep_at: int = 0  # the sleep level, 0 while awake
     _seqs: dict[str, _FakeSeq] = field(default_factory=dict)
     _slots: dict[int, int] = field(default_factory=dict)
 
@@ -54,6 +57,7 @@ class FakeRunner:
         return frozenset({self.eos_token_id})
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+        assert not self.is_asleep_at, "a step while asleep"
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         self.num_steps += 1
@@ -71,7 +75,8 @@ class FakeRunner:
         seq = self._seqs.get(chunk.seq_id)
         if seq is None:
             reply = list(self.script(context, chunk.params, chunk.seed))
-            seq = self._seqs[chunk.seq_id] = _FakeSeq(prompt_ids=context, reply=reply)
+            seq = _FakeSeq(prompt_ids=context, params=chunk.params, seed=chunk.seed, reply=reply)
+            self._seqs[chunk.seq_id] = seq
         elif context != seq.prompt_ids + tuple(seq.sampled):
             raise ValueError(f"{chunk.seq_id}: the KV cache does not hold the sequence's tokens")
         idx = len(seq.sampled)
@@ -81,6 +86,25 @@ class FakeRunner:
 
     def release(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)
+
+    def replace_weights(self, weights: Script) -> None:
+        """Fake weights are a script: later tokens of every sequence come from it."""
+        self.script = weights
+        for seq in self._seqs.values():
+            done = len(seq.sampled)
+            seq.reply[done:] = list(weights(seq.prompt_ids, seq.params, seq.seed))[done:]
+
+    def sleep(self, level: int) -> None:
+        assert not self._seqs, "sleep with sequences alive"
+        self._slots.clear()  # the KV cache is gone
+        self.is_asleep_at = level
+
+    def wake_up(self, weights: Script | None) -> None:
+        assert self.is_asleep_at, "wake_up while awake"
+        assert (weights is not None) == (self.is_asleep_at >= 2), "level 2 needs weights"
+        if weights is not None:
+            self.script = weights
+        self.is_asleep_at = 0
 
     def num_sequences(self) -> int:
         return len(self._seqs)

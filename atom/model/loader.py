@@ -11,6 +11,7 @@ import hashlib
 import re
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,28 +140,17 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
     import torch
 
     from atom.model.forward.kernels import cpu_ops
-    from atom.model.forward.llama_forward import own_forward
-    from atom.model.forward.quantization import quantize
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     device, dtype_name = device_and_dtype(settings)
     source = spec.source if spec else first_generation_model(settings).source
-    loaded = load_model(
-        source,
-        cache_dir=settings.cache_dir,
-        device=device,
-        dtype=getattr(torch, dtype_name),
-        max_model_len=settings.max_model_len,
-    )
     ops = cpu_ops(
         settings.cpu_kernels,
         device=device,
         dtype=getattr(torch, dtype_name),
         cache_dir=settings.cache_dir,
     )
-    model = own_forward(loaded.model, settings.model_impl, kernels=ops)
-    if settings.quantization is not None:
-        quantize(model, settings.quantization, device, kernels=ops)
+    loaded, model = _forward_model(settings, source, device, dtype_name, ops)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     runner = TorchRunner(
@@ -188,7 +178,62 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         tokenizer=loaded.tokenizer,
         max_model_len=loaded.max_model_len,
         precompile=runner.grammars.compile,
+        load_weights=partial(
+            _load_weights, settings, device, dtype_name, ops, tensor_shapes(model)
+        ),
     )
+
+
+def _load_weights(
+    settings: Settings, device: str, dtype_name: str, ops: Any, served: TensorShapes, path: str
+) -> Any:
+    """The served model built again from the weights at `path` (POST
+    /update_weights_from_disk, a wake-up after a level-2 sleep); ValueError unless every
+    tensor has the served model's name, shape and dtype."""
+    _, model = _forward_model(settings, path, device, dtype_name, ops)
+    check_same_tensors(tensor_shapes(model), served)
+    return model
+
+
+def _forward_model(
+    settings: Settings, source: str, device: str, dtype_name: str, ops: Any
+) -> tuple[LoadedModel, Any]:
+    """The weights at `source` loaded, behind ATOM's forward and quantized as `settings` say."""
+    import torch
+
+    from atom.model.forward.llama_forward import own_forward
+    from atom.model.forward.quantization import quantize
+
+    loaded = load_model(
+        source,
+        cache_dir=settings.cache_dir,
+        device=device,
+        dtype=getattr(torch, dtype_name),
+        max_model_len=settings.max_model_len,
+    )
+    model = own_forward(loaded.model, settings.model_impl, kernels=ops)
+    if settings.quantization is not None:
+        quantize(model, settings.quantization, device, kernels=ops)
+    return loaded, model
+
+
+TensorShapes = dict[str, tuple[tuple[int, ...], str]]
+
+
+def tensor_shapes(model: Any) -> TensorShapes:
+    """Each tensor of `model` by name: its shape and dtype."""
+    return {name: (tuple(t.shape), str(t.dtype)) for name, t in model.state_dict().items()}
+
+
+def check_same_tensors(new: TensorShapes, served: TensorShapes) -> None:
+    """ValueError naming the first tensor where `new` weights differ from the served ones."""
+    for name in sorted(served.keys() | new.keys()):
+        here, there = new.get(name), served.get(name)
+        if here != there:
+            raise ValueError(
+                f"these weights do not fit the served model: tensor {name} is "
+                f"{here or 'missing'} there, {there or 'absent'} in the served model"
+            )
 
 
 def device_and_dtype(settings: Settings) -> tuple[str, str]:

@@ -84,6 +84,20 @@ class Runner(Protocol):
         """How many sequences hold state (0 once everything is released)."""
         ...
 
+    def replace_weights(self, weights: Any) -> None:
+        """Serve from `weights` (what `Runtime.load_weights` made) from the next step on;
+        the KV cache is kept, so running sequences continue."""
+        ...
+
+    def sleep(self, level: int) -> None:
+        """Free the KV cache and, at level 2, drop the weights (level 1 on an accelerator
+        moves them to host memory). Called with no sequence alive."""
+        ...
+
+    def wake_up(self, weights: Any | None) -> None:
+        """Undo `sleep`: a fresh KV cache, the weights back (`weights` after level 2)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
@@ -94,3 +108,6 @@ class Runtime:
     max_model_len: int
     precompile: Callable[[str], object] | None = None  # warms the runner's grammar cache
     description: Mapping[str, str] = field(default_factory=dict)  # device, dtype, kernels…
+    # New weights of the same architecture from a local path, for `Runner.replace_weights`
+    # (ValueError when they do not fit the model). Called in a worker thread.
+    load_weights: Callable[[str], Any] | None = None

@@ -45,7 +45,7 @@ class TorchRunner:
         decode_kernel: DecodeKernel | None = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
-        self.model = model
+        self.model: Any = model  # None while asleep at level 2
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
         self.num_blocks = num_blocks
@@ -57,13 +57,46 @@ class TorchRunner:
         )
         param = next(model.parameters())
         self._device = param.device
-        shape = (int(text.num_hidden_layers), 2, num_blocks * block_size, kv_heads, head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=param.dtype, device=param.device)
-        # Views made once: indexing the cache per layer and step costs ~4 µs a layer.
-        self._layer_caches = tuple((layer[0], layer[1]) for layer in self.kv_cache)
+        self._kv_shape = (
+            int(text.num_hidden_layers),
+            2,
+            num_blocks * block_size,
+            kv_heads,
+            head_dim,
+        )
+        self._kv_dtype = param.dtype
+        self._layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+        self._allocate_kv_cache()
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
+
+    def _allocate_kv_cache(self) -> None:
+        self.kv_cache: torch.Tensor | None = torch.zeros(
+            self._kv_shape, dtype=self._kv_dtype, device=self._device
+        )
+        # Views made once: indexing the cache per layer and step costs ~4 µs a layer.
+        self._layer_caches = tuple((layer[0], layer[1]) for layer in self.kv_cache)
+
+    def replace_weights(self, weights: Any) -> None:
+        weights.set_attn_implementation(ATTN_IMPLEMENTATION)
+        self.model = weights
+
+    def sleep(self, level: int) -> None:
+        self.kv_cache, self._layer_caches = None, ()
+        if level >= 2:
+            self.model = None
+        elif self._device.type != "cpu":
+            self.model.to("cpu")  # host memory holds the weights meanwhile
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def wake_up(self, weights: Any | None) -> None:
+        if weights is not None:
+            self.replace_weights(weights)
+        elif self._device.type != "cpu":
+            self.model.to(self._device)
+        self._allocate_kv_cache()
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         with torch.inference_mode():

@@ -49,6 +49,26 @@ def test_a_reset_forgets_free_cached_blocks_and_keeps_those_in_use() -> None:
     assert kv.reset_prefix_cache() == 0
 
 
+def test_a_flush_forgets_every_cached_block_and_what_live_sequences_compute_later() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=2)
+    live_prompt = [9, 8, 7, 6, 5]
+    kv.acquire_prefix("live", live_prompt, None)
+    kv.allocate("live", 5)
+    kv.commit("live", live_prompt, 5, None)
+    assert kv.flush_prefix_cache() == 2  # the live sequence's blocks too
+    kv.check_invariants()
+    longer = [*live_prompt, 4, 3]  # it goes on after the flush (new weights)
+    kv.allocate("live", 7)
+    kv.commit("live", longer, 7, None)
+    assert kv.acquire_prefix("fresh", [*longer, 1], None) == 0  # nothing it made is reused
+    kv.free("live")
+    kv.allocate("fresh", 8)
+    kv.commit("fresh", [*longer, 1], 8, None)  # a sequence begun after the flush caches again
+    kv.free("fresh")
+    assert kv.acquire_prefix("again", [*longer, 1, 0], None) == 8
+    kv.check_invariants()
+
+
 def test_without_prefix_caching_nothing_is_reused() -> None:
     kv = KVCacheManager(num_blocks=4, block_size=2, enable_prefix_caching=False)
     kv.allocate("a", 4)

@@ -85,3 +85,42 @@ def test_paged_forward_matches_transformers_generate(config_cls: Any, cpp: bool,
     ours, _ = run_all(torch_runner(config_cls, cpp=cpp, impl=impl), PROMPTS, budget=16)
     for prompt, tokens in zip(PROMPTS, ours, strict=True):
         assert tokens == generate(reference, prompt)
+
+
+TORCH_RUNNERS = [name for name in RUNNERS if name != "fake"]
+
+
+def with_other_weights(name: str) -> Any:
+    """A runner like RUNNERS[name] whose model has other random weights."""
+    import torch
+
+    runner = RUNNERS[name]()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in runner.model.parameters():
+            param.normal_(0, 0.2)
+    return runner
+
+
+@pytest.mark.parametrize("name", TORCH_RUNNERS)
+def test_sleep_frees_the_cache_and_wake_up_gives_the_same_tokens(name: str) -> None:
+    runner = RUNNERS[name]()
+    before, _ = run_all(runner, PROMPTS[:4])
+    runner.sleep(1)
+    assert runner.kv_cache is None and runner.model is not None
+    runner.wake_up(None)
+    assert run_all(runner, PROMPTS[:4])[0] == before
+
+
+@pytest.mark.parametrize("name", TORCH_RUNNERS)
+def test_replaced_weights_answer_as_a_runner_built_on_them(name: str) -> None:
+    runner = RUNNERS[name]()
+    before, _ = run_all(runner, PROMPTS[:4])
+    other = with_other_weights(name)
+    expected, _ = run_all(other, PROMPTS[:4])  # a runner built on those weights
+    runner.replace_weights(other.model)
+    assert run_all(runner, PROMPTS[:4])[0] == expected != before
+    runner.sleep(2)  # the weights are dropped; the wake-up brings others
+    assert runner.model is None
+    runner.wake_up(RUNNERS[name]().model)
+    assert run_all(runner, PROMPTS[:4])[0] == before

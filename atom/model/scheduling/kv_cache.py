@@ -47,6 +47,7 @@ class KVCacheManager:
         self._cached: dict[int, int] = {}  # hash → block id
         self._tables: dict[str, list[int]] = {}
         self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
+        self._stale: set[str] = set()  # live seqs computed on replaced weights: never cached
 
     # --- queries -----------------------------------------------------------------
 
@@ -79,6 +80,17 @@ class KVCacheManager:
                 del self._cached[block.hash]
                 block.hash = None
                 forgotten += 1
+        return forgotten
+
+    def flush_prefix_cache(self) -> int:
+        """Forget every cached prefix, those live sequences hold too, and never cache
+        the later blocks of a sequence alive now (new weights: what they computed can no
+        longer be reused); returns how many blocks it forgot."""
+        for block_id in self._cached.values():
+            self._blocks[block_id].hash = None
+        forgotten = len(self._cached)
+        self._cached.clear()
+        self._stale.update(self._tables)
         return forgotten
 
     def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: str | None) -> int:
@@ -119,7 +131,7 @@ class KVCacheManager:
 
     def commit(self, seq_id: str, token_ids: Sequence[int], num_computed: int, salt: str | None):
         """Register the blocks that `num_computed` tokens filled, for later prefix hits."""
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq_id in self._stale:
             return
         table, done = self._tables[seq_id], self._num_hashed[seq_id]
         num_full = min(num_computed // self.block_size, len(table))
@@ -137,6 +149,7 @@ class KVCacheManager:
         """Drop `seq_id`'s references; tail blocks go to the free list first (evicted first)."""
         table = self._tables.pop(seq_id, [])
         self._num_hashed.pop(seq_id, None)
+        self._stale.discard(seq_id)
         for block_id in reversed(table):
             block = self._blocks[block_id]
             block.ref_count -= 1
