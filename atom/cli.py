@@ -115,6 +115,7 @@ def _replay(args: argparse.Namespace) -> int:
                 "status": response.status,
                 "content_type": response.content_type,
                 "is_complete": response.is_complete,
+                "weights": response.weights,
                 "body": body,
             }
             print(json.dumps(record, ensure_ascii=False))

@@ -26,6 +26,7 @@ from atom.events import (
     TokensSampled,
     ToolArgumentsDelta,
     ToolCallStarted,
+    WeightsUpdated,
 )
 from atom.legacy import plan_of, with_params
 from atom.renderers import Renderer, renderer_for
@@ -42,6 +43,9 @@ class ReplayedResponse:
     content_type: str | None = None
     body: bytearray = field(default_factory=bytearray)
     is_complete: bool = False
+    # Which weights sampled its tokens, in order: "initial" (those the server started
+    # with) or a weights_updated event's weight_version (else its source).
+    weights: list[str] = field(default_factory=list)
 
     def feed(self, renderer: Renderer, event: Event) -> None:
         output = renderer.feed(event)
@@ -57,13 +61,23 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
     """One response per logged request (generation or pooling), in arrival order."""
     renderers: dict[str, Renderer] = {}
     responses: dict[str, ReplayedResponse] = {}
+    models: dict[str, str] = {}  # request id → served model
+    weights: dict[str, str] = {}  # served model → the weights it runs, once replaced
     for envelope in envelopes:
         event = envelope.event
         if isinstance(event, RequestReceived | PoolingRequested):
             renderers[event.request_id] = renderer_of(event)
             responses[event.request_id] = ReplayedResponse(request_id=event.request_id)
+            models[event.request_id] = event.model
+        elif isinstance(event, WeightsUpdated):
+            weights[event.model] = event.weight_version or event.source
         elif isinstance(event, RequestEvent) and event.request_id in renderers:
-            responses[event.request_id].feed(renderers[event.request_id], event)
+            response = responses[event.request_id]
+            response.feed(renderers[event.request_id], event)
+            if isinstance(event, TokensSampled):
+                label = weights.get(models[event.request_id], "initial")
+                if response.weights[-1:] != [label]:
+                    response.weights.append(label)
     return list(responses.values())
 
 

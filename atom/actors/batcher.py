@@ -18,6 +18,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import outcome
@@ -43,6 +44,7 @@ from atom.events import (
 )
 from atom.model.runner import Runner
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
+from atom.profiling import Phases
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +93,7 @@ class Batcher:
         device: DeviceThread,
         model: str = "",
         reject_while_asleep: bool = True,
+        phases: Phases | None = None,
     ) -> None:
         self._model = model  # the served name its engine events carry
         self._runner = runner
@@ -111,6 +114,8 @@ class Batcher:
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
         self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
+        # The loop's phases for a profile (atom/profiling.py); a no-op while none runs.
+        self._phase = partial((phases or Phases()).enter, f"batcher {model}")
 
     # --- called by request actors (same Trio thread) ---------------------------
 
@@ -234,6 +239,7 @@ class Batcher:
             self._apply_aborts()
             self._apply_reset()
             self._admit()
+            self._phase("schedule")
             plan = self._scheduler.schedule()
             if not plan.chunks:
                 if self._scheduler.kv.usage != self._published_usage:  # aborts freed blocks
@@ -241,10 +247,14 @@ class Batcher:
                     idle = EngineIdle(model=self._model, kv_cache_usage=self._published_usage)
                     self._publish(idle)
                 self._wake = trio.Event()
+                self._phase("idle")
                 await self._wake.wait()
+                self._phase("between steps")
                 continue
             stats = self._scheduler.stats
+            self._phase("model step")
             sampled = await self._device.run_sync(self._runner.step, plan)
+            self._phase("delivery")
             self._num_steps += 1
             self._published_usage = self._scheduler.kv.usage
             for output in self._scheduler.update(plan, sampled):
@@ -260,6 +270,7 @@ class Batcher:
                     prefix_cache_hits=stats.prefix_cache_hits,
                 )
             )
+            self._phase("between steps")
             await trio.lowlevel.checkpoint()  # let request actors run between steps
 
     def _apply_reset(self) -> None:

@@ -38,6 +38,7 @@ from atom.events import (
 )
 from atom.metrics import Metrics
 from atom.model.catalog import ModelKind, ModelSpec, served_models
+from atom.profiling import Phases, Profiler
 from atom.request_log import read_log
 from atom.responses_store import ResponsesStore
 
@@ -93,6 +94,8 @@ class Engine:
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.responses = ResponsesStore(settings.responses_store_max)
+        self.phases = Phases()  # the Batchers' loop phases, recorded while a profile runs
+        self.profiler: Profiler | None = None  # with --profile-dir, once the device exists
         self.models = Models(
             settings,
             served_models(settings),
@@ -101,6 +104,7 @@ class Engine:
             clock=clock,
             responses=self.responses,
             on_fatal=on_fatal,
+            phases=self.phases,
         )
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
@@ -206,6 +210,8 @@ class Engine:
                 nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()
             device = DeviceThread()  # loads the start-up models, then runs every model call
+            if self.settings.profile_dir:
+                self.profiler = Profiler(self.settings.profile_dir, device, self.phases)
             if self.settings.watchdog_timeout > 0:
                 nursery.start_soon(self._watchdog, device)
             try:

@@ -35,6 +35,7 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.profiling import Phases
 from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
@@ -60,8 +61,10 @@ class Models:
         clock: Clock,
         responses: ResponsesStore,
         on_fatal: Callable[[], None],
+        phases: Phases | None = None,
     ) -> None:
         self.settings = settings
+        self._phases = phases  # each Batcher's loop phases, for a profile
         self.specs = {spec.name: spec for spec in specs}  # served or loading, in order
         self.cores: dict[str, Core] = {}  # the loaded ones
         self._load = load
@@ -328,6 +331,7 @@ class Models:
             device=device,
             model=name,
             reject_while_asleep=s.while_asleep == "reject",
+            phases=self._phases,
         )
 
     def description_of(self, name: str) -> dict[str, str]:

@@ -12,11 +12,12 @@ from quart_trio import QuartTrio
 
 from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
-from atom.errors import AtomError, InvalidRequest
+from atom.errors import AtomError, EngineNotReady, InvalidRequest, RouteNotFound
 from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.schemas import _Body
 from atom.model.catalog import ModelSpec, kind_of, readable_name
+from atom.profiling import Profiler
 from atom.wire import dumps
 
 ADMIN_PATHS = frozenset(
@@ -78,6 +79,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
         return _json({"status": "ok"})
 
     register_model_state(app, engine)
+    register_sleep(app, engine)
+    register_profiling(app, engine)
 
 
 def register_model_state(app: QuartTrio, engine: Engine) -> None:
@@ -96,6 +99,8 @@ def register_model_state(app: QuartTrio, engine: Engine) -> None:
         message = f"Updated the model weights from {body.model_path}."
         return _json({"success": True, "message": message, "num_paused_requests": paused})
 
+
+def register_sleep(app: QuartTrio, engine: Engine) -> None:
     @app.post("/sleep")
     async def sleep() -> Response:
         """vLLM's route: `?level=1` frees the KV cache (and offloads the weights from an
@@ -116,6 +121,28 @@ def register_model_state(app: QuartTrio, engine: Engine) -> None:
     @app.get("/is_sleeping")
     async def is_sleeping() -> Response:
         return _json({"is_sleeping": engine.models.is_sleeping})
+
+
+def register_profiling(app: QuartTrio, engine: Engine) -> None:
+    @app.post("/start_profile")
+    async def start_profile() -> Response:
+        """vLLM's route; 404 unless `--profile-dir`. The trace covers what the engine does
+        until /stop_profile (docs/operations.md: how to read it)."""
+        await profiler(engine).start()
+        return _json({"status": "profiling"})
+
+    @app.post("/stop_profile")
+    async def stop_profile() -> Response:
+        path = await profiler(engine).stop()
+        return _json({"status": "ok", "trace": str(path)})
+
+
+def profiler(engine: Engine) -> Profiler:
+    if not engine.settings.profile_dir:
+        raise RouteNotFound("profiling is off: start the server with --profile-dir")
+    if engine.profiler is None:
+        raise EngineNotReady("the server is still starting; retry shortly")
+    return engine.profiler
 
 
 def _answer(spec: ModelSpec, status: Literal["loaded", "unloaded"]) -> Response:

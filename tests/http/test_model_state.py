@@ -12,6 +12,8 @@ import trio
 
 from atom.config import Settings
 from atom.http.app import create_app
+from atom.replay import project
+from atom.request_log import read_log
 from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -43,7 +45,8 @@ async def streamed_text(http: httpx.AsyncClient, started: trio.Event, out: list[
 async def test_new_weights_swap_in_between_steps_and_running_streams_continue_on_them(
     tokenizer: Any, tmp_path: Path
 ) -> None:
-    app = admin_app(tokenizer, step_delay_s=0.02)
+    log_path = tmp_path / "log.jsonl"
+    app = admin_app(tokenizer, step_delay_s=0.02, request_log=str(log_path))
     seen: list[Any] = []
     app.engine.bus.subscribe(seen.append)
     new = weights_file(tmp_path, " new weights speaking here, all of it different")
@@ -76,6 +79,8 @@ async def test_new_weights_swap_in_between_steps_and_running_streams_continue_on
     assert event.num_blocks > 0  # the first request's prompt was cached, and is forgotten
     steps = [e.event for e in seen if e.event.type == "engine_stepped"]
     assert steps[-1].prefix_cache_hits == 0  # the same prompt after: nothing cached to hit
+    replayed = project(read_log(log_path))  # replay knows which weights answered
+    assert [r.weights for r in replayed] == [["initial"], ["initial", "v2"], ["v2"]]
 
 
 async def test_weights_that_do_not_load_are_refused_in_sglangs_shape(
