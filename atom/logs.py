@@ -8,11 +8,19 @@ import sys
 
 import structlog
 
+_format = "json"  # what configure_logging chose (atom/progress.py draws a bar for console)
+
+
+def log_format() -> str:
+    return _format
+
 
 def configure_logging(level: str = "info", log_format: str = "json") -> None:
     """`log_format`: `json` (one object a line, for collectors) or `console`."""
     if log_format not in {"json", "console"}:
         raise ValueError(f"--log-format: expected json or console, got {log_format!r}")
+    global _format
+    _format = log_format
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if log_format == "json"

@@ -25,6 +25,7 @@ from atom.model.catalog import (
     resolve_source,
 )
 from atom.model.runner import Runtime
+from atom.progress import progress, quiet_library_bars
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +60,9 @@ def load_model(
 
     source = resolve_source(model)
     folder = local_folder(source, cache_dir)
-    hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    quiet_library_bars()
+    with progress("weights_load", expected_s=_expected_load_s(folder)):
+        hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     hf_model = hf_model.to(device).eval()  # type: ignore[arg-type]
     tokenizer = AutoTokenizer.from_pretrained(folder)
     limit = int(getattr(hf_model.config, "max_position_embeddings", 2048))
@@ -74,6 +77,12 @@ def load_model(
     )
 
 
+def _expected_load_s(folder: Path, bytes_per_s: float = 4e8) -> float:
+    """About how long reading the folder's weights takes (measured ~0.4 GB/s here)."""
+    size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    return max(1.0, round(size / bytes_per_s))
+
+
 def local_folder(source: Path, cache_dir: str) -> Path:
     if source.is_dir():
         return source
@@ -81,7 +90,8 @@ def local_folder(source: Path, cache_dir: str) -> Path:
         raise FileNotFoundError(f"model not found: {source} (a folder or a .gguf file)")
     folder = Path(cache_dir) / f"{source.stem}-{_content_key(source)}"
     if not (folder / "model.safetensors").exists():
-        _dequantize(source, folder)
+        with progress("gguf_dequantization", expected_s=40):
+            _dequantize(source, folder)
         _drop_older_copies(folder)
     return folder
 

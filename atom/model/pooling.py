@@ -21,6 +21,7 @@ from atom.config import Settings
 from atom.events import PoolingInput
 from atom.model.catalog import ModelKind, ModelSpec, num_labels, read_json, resolve_source
 from atom.model.loader import device_and_dtype, local_folder
+from atom.progress import quiet_library_bars
 
 log = structlog.get_logger(__name__)
 
@@ -198,6 +199,7 @@ def _load_weights(settings: Settings, folder: Path, kind: ModelKind) -> Any:
 
     device, dtype_name = device_and_dtype(settings)
     auto = AutoModel if kind is ModelKind.EMBED else AutoModelForSequenceClassification
+    quiet_library_bars()
     model = auto.from_pretrained(folder, dtype=getattr(torch, dtype_name))
     return model.to(device).eval()
 

@@ -1,5 +1,5 @@
-"""Graceful drain under real signals: `hypercorn -k trio -w 0 atom.http:app` serving the
-real chat model, concurrent streams, SIGTERM (and a second signal)."""
+"""Graceful drain under real signals, and the watchdog: `hypercorn -k trio -w 0` serving
+the real chat model, concurrent streams, SIGTERM (and a second signal), a hung step."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ pytestmark = pytest.mark.slow
 
 
 @contextmanager
-def server_process(log_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+def server_process(
+    log_path: Path, app: str = "atom.http:app", **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`hypercorn -k trio -w 0 <app>` with these `ATOM_*` settings, once healthy."""
     port = free_port()
     env = {
         **os.environ,
@@ -35,7 +38,7 @@ def server_process(log_path: Path, **env: str) -> Iterator[tuple[subprocess.Pope
         **env,
     }
     command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
-    proc = subprocess.Popen([*command, "-b", f"127.0.0.1:{port}", "atom.http:app"], env=env)
+    proc = subprocess.Popen([*command, "-b", f"127.0.0.1:{port}", app], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
@@ -138,3 +141,21 @@ def test_past_the_shutdown_timeout_streams_get_an_error_and_a_second_signal_exit
         assert time.monotonic() - began < 10  # not the 300 s the first signal allowed
     held.join(timeout=30)
     assert held.was_cut and held.frames[-1] != "[DONE]"  # cut short
+
+
+def test_a_hung_model_step_fails_every_waiting_request_and_the_process_exits_1(
+    tmp_path: Path,
+) -> None:
+    flag = tmp_path / "hang"
+    app, env = "tests.e2e.hanging_app:app", {"ATOM_WATCHDOG_TIMEOUT": "3", "HANG_FLAG": str(flag)}
+    with server_process(tmp_path / "log.jsonl", app, **env) as (proc, url):
+        ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        fine = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=60)
+        flag.touch()  # the next step never returns
+        (stream,) = start_streams(url, 1, max_tokens=64)
+        hung = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=60)
+        stream.join(timeout=60)
+        assert proc.wait(timeout=60) == 1
+    assert fine.status_code == 200
+    assert hung.status_code == 500 and "model step ran for more than 3 s" in hung.text
+    assert "model step ran for more than 3 s" in stream.frames[-2]["error"]["message"]

@@ -26,11 +26,14 @@ import os
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 import structlog
+
+from atom.progress import progress
 
 log = structlog.get_logger(__name__)
 
@@ -64,18 +67,15 @@ def load_cpu_ops(cache_dir: str) -> Any:
     is_built = (build / f"{name}.so").exists()
     if not is_built:  # a minute or more of silence otherwise
         log.warning("cpu_kernels_building", folder=str(build), expected_s="50-250")
-    started = time.monotonic()
-    module = load(
-        name=name,
-        sources=[str(path) for path in SOURCES],
-        extra_cflags=CFLAGS,
-        extra_ldflags=["-fopenmp"],  # resolves to the libgomp torch already loaded
-        build_directory=str(build),
-        verbose=False,
-    )
-    if not is_built:
-        log.warning("cpu_kernels_built", seconds=round(time.monotonic() - started, 1))
-    return module
+    with progress("cpu_kernels_build", expected_s=120) if not is_built else nullcontext():
+        return load(
+            name=name,
+            sources=[str(path) for path in SOURCES],
+            extra_cflags=CFLAGS,
+            extra_ldflags=["-fopenmp"],  # resolves to the libgomp torch already loaded
+            build_directory=str(build),
+            verbose=False,
+        )
 
 
 def cpu_ops(mode: str, *, device: str, dtype: Any, cache_dir: str) -> Any | None:

@@ -1,0 +1,57 @@
+"""`hypercorn -k trio -w 0 tests.e2e.hanging_app:app`: the server of `atom.http:app`,
+whose generation model's step blocks for good once the file named by `HANG_FLAG`
+exists — a kernel that never returns, for the watchdog's subprocess test."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from atom.actors.cores import Loaded
+from atom.actors.engine import exit_drained
+from atom.config import Settings
+from atom.http.app import create_app, load_served
+from atom.logs import configure_logging
+from atom.model.catalog import ModelSpec
+from atom.model.runner import Runner, Runtime, Sampled, StepPlan
+
+
+class Hanging:
+    """A runner whose `step` never returns while the flag file exists."""
+
+    def __init__(self, runner: Runner, flag: str) -> None:
+        self._runner, self._flag = runner, flag
+
+    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+        if os.path.exists(self._flag):
+            threading.Event().wait()  # forever
+        return self._runner.step(plan)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+
+def load(settings: Settings, spec: ModelSpec) -> Loaded:
+    loaded = load_served(settings, spec)
+    if isinstance(loaded, Runtime):
+        hanging = Hanging(loaded.runner, os.environ["HANG_FLAG"])
+        return dataclasses.replace(loaded, runner=hanging)  # type: ignore[arg-type]
+    return loaded
+
+
+class HangingApp:
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if self._app is None:
+            settings = Settings.from_env()
+            configure_logging(settings.log_level, settings.log_format)
+            self._app = create_app(settings, load=load, on_drained=exit_drained)
+        await self._app(scope, receive, send)
+
+
+app = HangingApp()
