@@ -26,6 +26,7 @@ import trio
 
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
+from atom.actors.profiler import Phases
 from atom.errors import AtomError, EngineFailed, ModelAsleep, Overloaded, QueueTimeout
 from atom.events import (
     Abort,
@@ -44,7 +45,6 @@ from atom.events import (
 )
 from atom.model.runner import Runner
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
-from atom.profiling import Phases
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +114,7 @@ class Batcher:
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
         self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
-        # The loop's phases for a profile (atom/profiling.py); a no-op while none runs.
+        # The loop's phases for a profile (atom/actors/profiler.py); a no-op while none runs.
         self._phase = partial((phases or Phases()).enter, f"batcher {model}")
 
     # --- called by request actors (same Trio thread) ---------------------------

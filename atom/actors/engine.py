@@ -24,6 +24,7 @@ from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
+from atom.actors.profiler import Phases, Profiler
 from atom.actors.tap import OutputTap
 from atom.config import Settings
 from atom.errors import Conflict, EngineFailed, ServerDraining
@@ -38,7 +39,6 @@ from atom.events import (
 )
 from atom.metrics import Metrics
 from atom.model.catalog import ModelKind, ModelSpec, served_models
-from atom.profiling import Phases, Profiler
 from atom.request_log import read_log
 from atom.responses_store import ResponsesStore
 

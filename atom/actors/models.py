@@ -21,6 +21,7 @@ from atom.actors.bus import Clock, EventBus
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.device import DeviceThread
 from atom.actors.pooler import Pooler
+from atom.actors.profiler import Phases
 from atom.config import Settings
 from atom.errors import (
     AtomError,
@@ -35,7 +36,6 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.profiling import Phases
 from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
