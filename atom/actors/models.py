@@ -177,7 +177,8 @@ class Models:
         """New weights for a generation model (the first one when `name` is None), read
         from `path` in a worker thread and swapped in between two steps. Returns how many
         requests continue on them. InvalidRequest when they do not load or fit."""
-        core = self._generation(name)
+        core = self.core(name, frozenset({ModelKind.GENERATE}), "/update_weights_from_disk")
+        assert isinstance(core, EngineCore)
         if core.batcher.sleep_level:
             raise Conflict(f"the model `{core.name}` is asleep; POST /wake_up first")
         weights = await self._read_weights(core, path)
@@ -208,11 +209,6 @@ class Models:
 
     def _generation_cores(self) -> list[EngineCore]:
         return [core for core in self.cores.values() if isinstance(core, EngineCore)]
-
-    def _generation(self, name: str | None) -> EngineCore:
-        core = self.core(name, frozenset({ModelKind.GENERATE}), "this route")
-        assert isinstance(core, EngineCore)
-        return core
 
     async def _read_weights(self, core: EngineCore, path: str) -> Any:
         if core.load_weights is None:
