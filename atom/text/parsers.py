@@ -28,7 +28,7 @@ TOOL_PARSERS: dict[str, Callable[[ToolSchemas], ToolFormat]] = {
     "mistral": lambda tools: Mistral(),
     "deepseek_v3": lambda tools: deepseek_v3(),
     "kimi_k2": lambda tools: kimi_k2(),
-    "granite": lambda tools: Prefixed("<|tool_call|>"),
+    "granite": lambda tools: Prefixed(("<|tool_call|>", "<tool_call>")),
 }
 
 REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any]], ReasoningFormat]] = {

@@ -48,6 +48,7 @@ class ChoiceSetup:
     tool_format: ToolFormat | None = None
     reasoning_format: ReasoningFormat | None = None
     is_named_tool_choice: bool = False
+    is_streamed: bool = True  # else the tool parser gives its final scan only (strict)
 
 
 def pipeline_for(
@@ -71,6 +72,7 @@ def pipeline_for(
         tool_format=tool_format,
         reasoning_format=reasoning_format,
         is_named_tool_choice=text.tools is not None and text.tools.named is not None,
+        is_streamed=plan.shape.stream,
     )
     return ChoicePipeline(setup, ChoiceText(decoder, plan.params))
 
@@ -85,7 +87,11 @@ class ChoicePipeline:
             ReasoningStream(setup.reasoning_format) if setup.reasoning_format else None
         )
         self._tools = (
-            ToolStream(setup.tool_format, id_seed=f"{setup.request_id}/{setup.choice_idx}")
+            ToolStream(
+                setup.tool_format,
+                id_seed=f"{setup.request_id}/{setup.choice_idx}",
+                is_deferred=not setup.is_streamed,
+            )
             if setup.tool_format
             else None
         )

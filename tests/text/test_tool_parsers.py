@@ -35,8 +35,6 @@ CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
      [("a", {"x": [1, {"y": "}"}]}), ("b", {})]),
     ("hermes", "no calls here, <tool but not a call", "no calls here, <tool but not a call", []),
     ("hermes", "<tool_call>not json</tool_call> tail", "<tool_call>not json</tool_call> tail", []),
-    ("hermes", '<tool_call>{"name": "cut", "arguments": {"city": "Par', "",
-     [("cut", None)]),  # cut off: kept as a call with the text it had
     ("qwen25", '<tool_call>{"name": "f", "arguments": {}}</tool_call>', "", [("f", {})]),
     ("llama3_json", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; '
      '{"name": "g", "parameters": {"n": -1}}', "",
@@ -70,8 +68,8 @@ CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
 ]  # fmt: skip
 
 
-def run_stream(name: str, pieces: list[str]) -> ParsedTools:
-    stream = ToolStream(tool_format(name, SCHEMAS), id_seed="seed")
+def run_stream(name: str, pieces: list[str], *, deferred: bool = False) -> ParsedTools:
+    stream = ToolStream(tool_format(name, SCHEMAS), id_seed="seed", is_deferred=deferred)
     deltas: list[ToolDelta] = []
     for piece in pieces:
         deltas += stream.feed(piece)
@@ -107,12 +105,113 @@ def test_whole_text(name: str, text: str, content: str, calls: list[tuple[str, o
 @pytest.mark.parametrize(("name", "text", "content", "calls"), CASES)
 def test_streaming_agrees_at_every_split(name: str, text: str, content: str, calls: object) -> None:
     whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    splits = [[text[:cut], text[cut:]] for cut in range(len(text) + 1)] + [list(text)]
+    splits += [  # three pieces
+        [text[:a], text[a:b], text[b:]]
+        for a in range(0, len(text), 7)
+        for b in range(a, len(text), 11)
+    ]
+    for pieces in splits:
+        assert run_stream(name, pieces, deferred=True) == whole, pieces  # a whole-body answer
+        assert run_stream(name, pieces) == whole, pieces  # no call here is dropped at the end
+
+
+def test_a_cut_off_call_is_content_whole_and_ends_as_announced_streamed() -> None:
+    text = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Par'
+    whole = parse(tool_format("hermes", SCHEMAS), text, id_seed="seed")
+    assert whole.calls == () and whole.content == text  # nothing lost, no broken call
     for cut in range(len(text) + 1):
-        assert run_stream(name, [text[:cut], text[cut:]]) == whole, cut
-    assert run_stream(name, list(text)) == whole
-    for cut_a in range(0, len(text), 7):  # three pieces
-        for cut_b in range(cut_a, len(text), 11):
-            assert run_stream(name, [text[:cut_a], text[cut_a:cut_b], text[cut_b:]]) == whole
+        assert run_stream("hermes", [text[:cut], text[cut:]], deferred=True) == whole
+        streamed = run_stream("hermes", [text[:cut], text[cut:]])
+        assert streamed.content == "Sure."
+        assert [(c.name, c.arguments) for c in streamed.calls] == [("get_weather", '{"city": "Par')]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("hermes", '<tool_call>{"name": "f", "arguments": {"a": [1}}</tool_call>'),  # mismatch
+        ("hermes", '<tool_call>{"name": "f", "arguments": [1, 2]}</tool_call>'),  # not an object
+        ("granite", '<|tool_call|>[{"name": "f", "arguments": {"a": "b'),
+        ("mistral", '[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "argu'),
+        ("mistral", '[TOOL_CALLS]f[ARGS]{"a": [1}'),
+        ("llama3_json", '{"name": "f", "parameters": {"a": '),
+        ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n"
+         '```json\n{"a": 1'),
+        ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+         '<|tool_call_argument_begin|>{"a": tru'),
+        ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPa"),
+    ],
+)  # fmt: skip
+def test_a_whole_answer_never_holds_a_call_whose_arguments_are_no_json_object(
+    name: str, text: str
+) -> None:
+    whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    assert whole.calls == () and whole.content == text
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "content", "num_calls"),
+    [
+        ("hermes", '\n<tool_call>{"name": "f", "arguments": {}}</tool_call>\n\n'
+         '<tool_call>{"name": "g", "arguments": {}}</tool_call>\n', "", 2),
+        ("hermes", 'Ok.\n<tool_call>{"name": "f", "arguments": {}}</tool_call> \n', "Ok.\n", 1),
+        ("hermes", "  \n", "  \n", 0),  # no call beside it: whitespace stays the answer
+        ("mistral", ' \n[TOOL_CALLS]f[ARGS]{"a": 1}', "", 1),
+        ("kimi_k2", "\n<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+         "<|tool_call_argument_begin|>{}<|tool_call_end|>", "", 1),
+    ],
+)  # fmt: skip
+def test_whitespace_beside_calls_is_not_content(
+    name: str, text: str, content: str, num_calls: int
+) -> None:
+    whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    assert whole.content == content and len(whole.calls) == num_calls
+    for cut in range(len(text) + 1):
+        assert run_stream(name, [text[:cut], text[cut:]]) == whole
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "arguments"),
+    [
+        ("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "a[TOOL_CALLS]b"}[TOOL_CALLS]f[ARGS]{}',
+         [{"city": "a[TOOL_CALLS]b"}, {}]),
+        ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n"
+         '{"q": "x<｜tool▁call▁end｜>y"}\n```<｜tool▁call▁end｜>', [{"q": "x<｜tool▁call▁end｜>y"}]),
+        ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+         '<|tool_call_argument_begin|>{"q": "<|tool_call_end|>"}<|tool_call_end|>',
+         [{"q": "<|tool_call_end|>"}]),
+    ],
+)  # fmt: skip
+def test_end_markers_inside_json_strings_are_text(
+    name: str, text: str, arguments: list[object]
+) -> None:
+    whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
+    assert [json.loads(c.arguments) for c in whole.calls] == arguments
+    for cut in range(len(text) + 1):
+        assert run_stream(name, [text[:cut], text[cut:]]) == whole
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "calls"),
+    [
+        ("mistral", '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Rome"}',
+         [("get_weather", {"city": "Rome"})]),
+        ("granite", 'Let me check.<tool_call>[{"name": "get_weather", "arguments": {"city": "Bern"}}]',
+         [("get_weather", {"city": "Bern"})]),
+        ("qwen3_coder", "<tool_call>\n<function=book>\n<parameter=note>\nnull\n</parameter>\n"
+         "<parameter=seats>\n2\n</parameter>\n<parameter=big>\n1e999\n</parameter>\n"
+         "<parameter=who>\nnull\n</parameter>\n</function>\n</tool_call>",
+         [("book", {"note": None, "seats": 2, "big": "1e999", "who": "null"})]),
+    ],
+)  # fmt: skip
+def test_format_variants(name: str, text: str, calls: list[tuple[str, object]]) -> None:
+    schemas = {"book": {"type": "object", "properties": {
+        "note": {"type": ["string", "null"]}, "seats": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "big": {"type": "number"}, "who": {"type": "string"}}}, **SCHEMAS}  # fmt: skip
+    whole = parse(tool_format(name, schemas), text, id_seed="seed")
+    assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == calls
+    assert all("Infinity" not in c.arguments for c in whole.calls)
 
 
 def test_arguments_stream_as_they_arrive() -> None:
@@ -149,16 +248,18 @@ def test_no_parser_raises_on_any_text_and_streaming_agrees(
 ) -> None:
     text = "".join(pieces)
     whole = parse(tool_format(name, SCHEMAS), text, id_seed="seed")
-    stream = ToolStream(tool_format(name, SCHEMAS), id_seed="seed")
-    deltas, pos = [], 0
+    assert all(json.loads(c.arguments).__class__ is dict for c in whole.calls)  # the rule
+    pos, chunks = 0, []
     for cut in cuts:
-        deltas += stream.feed(text[pos : pos + cut])
+        chunks.append(text[pos : pos + cut])
         pos += cut
-    deltas += stream.feed(text[pos:]) + stream.flush()
-    content = "".join(d.text for d in deltas if isinstance(d, ContentDelta))
-    names = [d.name for d in deltas if isinstance(d, ToolCallStart)]
-    assert names == [c.name for c in whole.calls]
-    assert content == whole.content
+    chunks.append(text[pos:])
+    assert run_stream(name, chunks, deferred=True) == whole
+    streamed = run_stream(name, chunks)
+    if len(streamed.calls) == len(whole.calls):  # no announced call was dropped at the end
+        assert streamed == whole
+    else:
+        assert [c.name for c in streamed.calls][: len(whole.calls)] or not whole.calls
 
 
 @pytest.mark.parametrize(

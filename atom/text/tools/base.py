@@ -13,6 +13,7 @@ whose arguments need converting, arrive whole when the call closes.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -71,6 +72,32 @@ class ArgumentsDelta:
 ToolDelta = ContentDelta | ToolCallStart | ArgumentsDelta
 
 
+def is_valid(call: PartialCall) -> bool:
+    """A call a whole answer may hold: complete, its arguments one JSON object."""
+    if not call.is_complete:
+        return False
+    try:
+        return isinstance(json.loads(call.arguments), dict)
+    except ValueError:  # JSONDecodeError, and an invalid number
+        return False
+
+
+def strict(scan: Scan, text: str, *, is_final: bool) -> Scan:
+    """The final scan of a format whose calls follow its content (one section): if any
+    call is not valid, none is, and the whole text is content (nothing is lost)."""
+    if is_final and not all(is_valid(c) for c in scan.calls):
+        return Scan(content=text)
+    return scan
+
+
+def beside_calls(content: str, calls: tuple[PartialCall, ...], *, is_final: bool) -> str:
+    """Content next to calls that is only whitespace is not content; while more may come,
+    whitespace waits (a call may follow it)."""
+    if content.strip() == "" and (calls or not is_final):
+        return ""
+    return content
+
+
 def scan_blocks(
     text: str,
     *,
@@ -84,29 +111,48 @@ def scan_blocks(
 
     `read(start, limit)` reads the call in text[start:limit] (None until its name is
     complete). A possible marker prefix at the end waits; a closed block, or one cut
-    off by the end of the output, without a call stays in the content. With
+    off by the end of the output, without a call stays in the content, and so, in the
+    final scan, does a block whose call is not valid (`is_valid`). With
     `body_end(start)` (where the block's JSON body ends, None while unfinished) the
-    close marker counts only after the body: one inside a JSON string is text."""
-    content: list[str] = []
-    calls: list[PartialCall] = []
+    close marker counts only after the body: one inside a JSON string is text. Text
+    that is only whitespace next to a call is not content (`_joined`)."""
+    pieces: list[str | PartialCall] = []  # content and calls, in order
     pos = 0
     while True:
         i = text.find(open_marker, pos)
         if i < 0:
             tail = text[pos:]
-            content.append(tail[: len(tail) - (0 if is_final else held_back(tail, [open_marker]))])
-            return Scan(content="".join(content), calls=tuple(calls))
-        content.append(text[pos:i])
+            pieces.append(tail[: len(tail) - (0 if is_final else held_back(tail, [open_marker]))])
+            return _joined(pieces, is_final=is_final)
+        pieces.append(text[pos:i])
         j = _close(text, i + len(open_marker), close_marker, body_end)
         limit = j if j >= 0 else len(text) - (0 if is_final else held_back(text, [close_marker]))
         call = read(i + len(open_marker), limit)
-        if call is not None:
-            calls.append(call)
+        if call is not None and (is_valid(call) or not is_final):
+            pieces.append(call)
         elif j >= 0 or is_final:
-            content.append(text[i : j + len(close_marker) if j >= 0 else len(text)])
+            pieces.append(text[i : j + len(close_marker) if j >= 0 else len(text)])
         if j < 0:
-            return Scan(content="".join(content), calls=tuple(calls))
+            return _joined(pieces, is_final=is_final)
         pos = j + len(close_marker)
+
+
+def _joined(pieces: list[str | PartialCall], *, is_final: bool) -> Scan:
+    """The scan of content pieces and calls: a whitespace-only piece beside a call is
+    dropped, and one at the end waits while more may come (a call may follow it)."""
+    content: list[str] = []
+    for k, piece in enumerate(pieces):
+        if isinstance(piece, PartialCall):
+            continue
+        if piece.strip() == "" and (
+            (k > 0 and isinstance(pieces[k - 1], PartialCall))
+            or (k + 1 < len(pieces) and isinstance(pieces[k + 1], PartialCall))
+            or (k == len(pieces) - 1 and not is_final)
+        ):
+            continue
+        content.append(piece)
+    calls = tuple(p for p in pieces if isinstance(p, PartialCall))
+    return Scan(content="".join(content), calls=calls)
 
 
 def _close(text: str, start: int, marker: str, body_end: Callable[[int], int | None] | None) -> int:
@@ -135,20 +181,32 @@ def parse(fmt: ToolFormat, text: str, *, id_seed: str = "") -> ParsedTools:
 
 @dataclass(slots=True)
 class ToolStream:
-    """Feed text chunks of any size; get deltas. `flush()` at the end of the output."""
+    """Feed text chunks of any size; get deltas. `flush()` at the end of the output.
+
+    `is_deferred` (a whole-body answer): nothing comes out before `flush`, which gives
+    the final scan, so the body never holds a call that is not valid. Streamed, the
+    final scan is given too unless it drops a call already announced (the output
+    ended inside it, or its arguments are no JSON object): then the stream ends as it
+    stood, that call with the arguments it had (docs/parsers.md)."""
 
     fmt: ToolFormat
     id_seed: str = ""
+    is_deferred: bool = False
     _text: str = ""
-    _content_len: int = 0
+    _content: str = ""  # the content given out so far
     _args_len: list[int] = field(default_factory=list)
 
     def feed(self, chunk: str) -> list[ToolDelta]:
         self._text += chunk
+        if self.is_deferred:
+            return []
         return self._diff(self.fmt.scan(self._text, is_final=False))
 
     def flush(self) -> list[ToolDelta]:
-        return self._diff(self.fmt.scan(self._text, is_final=True))
+        final = self.fmt.scan(self._text, is_final=True)
+        if len(final.calls) < len(self._args_len) or not final.content.startswith(self._content):
+            final = self.fmt.scan(self._text, is_final=False)  # it ends as it stood
+        return self._diff(final)
 
     @property
     def num_calls(self) -> int:
@@ -156,9 +214,9 @@ class ToolStream:
 
     def _diff(self, scan: Scan) -> list[ToolDelta]:
         out: list[ToolDelta] = []
-        if len(scan.content) > self._content_len:
-            out.append(ContentDelta(text=scan.content[self._content_len :]))
-            self._content_len = len(scan.content)
+        if len(scan.content) > len(self._content):
+            out.append(ContentDelta(text=scan.content[len(self._content) :]))
+            self._content = scan.content
         for i, call in enumerate(scan.calls):
             if i == len(self._args_len):
                 out.append(ToolCallStart(index=i, id=call_id(self.id_seed, i), name=call.name))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atom.text.tools.base import PartialCall, Scan
+from atom.text.tools.base import PartialCall, Scan, strict
 from atom.text.tools.json_calls import scan_call_list
 
 
@@ -16,7 +16,7 @@ class CallList:
         calls, _ = scan_call_list(text, 0, is_final=is_final, separator=",")
         if not calls and is_final:
             return Scan(content=text)  # cut off before any call: nothing is lost
-        return Scan(content="", calls=tuple(calls))
+        return strict(Scan(content="", calls=tuple(calls)), text, is_final=is_final)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,5 @@ class NamedCall:
     name: str
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        return Scan(
-            content="", calls=(PartialCall(name=self.name, arguments=text, is_complete=is_final),)
-        )
+        call = PartialCall(name=self.name, arguments=text, is_complete=is_final)
+        return strict(Scan(content="", calls=(call,)), text, is_final=is_final)

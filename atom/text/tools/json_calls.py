@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 
 from atom.text.scanning import held_back, json_string_end, json_value_end, skip_space
-from atom.text.tools.base import PartialCall, Scan, scan_blocks
+from atom.text.tools.base import PartialCall, Scan, beside_calls, scan_blocks, strict
 
 ARG_KEYS = ("arguments", "parameters")
 
@@ -135,48 +135,61 @@ def scan_call_list(
 
 @dataclass(frozen=True, slots=True)
 class Prefixed:
-    """Content, then `marker` and a JSON list of calls to the end (granite, mistral v1)."""
+    """Content, then a marker and a JSON list of calls to the end (granite: the special
+    token `<|tool_call|>`, or the text `<tool_call>` from 3.1 on; mistral v1-v3)."""
 
-    marker: str
+    markers: tuple[str, ...]
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        i = text.find(self.marker)
-        if i < 0:
-            return Scan(
-                content=text[: len(text) - (0 if is_final else held_back(text, [self.marker]))]
-            )
-        calls, ok = scan_call_list(text, i + len(self.marker), is_final=is_final, separator=",")
+        found = [(i, m) for m in self.markers if (i := text.find(m)) >= 0]
+        if not found:
+            keep = 0 if is_final else held_back(text, self.markers)
+            return Scan(content=beside_calls(text[: len(text) - keep], (), is_final=is_final))
+        i, marker = min(found)
+        calls, ok = scan_call_list(text, i + len(marker), is_final=is_final, separator=",")
         if calls or (ok and not is_final):
-            return Scan(content=text[:i], calls=tuple(calls))
+            content = beside_calls(text[:i], tuple(calls), is_final=is_final)
+            return strict(Scan(content=content, calls=tuple(calls)), text, is_final=is_final)
         return Scan(content=text)  # not a call list after all: keep everything as text
 
 
 @dataclass(frozen=True, slots=True)
 class Mistral:
-    """`[TOOL_CALLS] [{…}]` (v1-v3 tokenizers) or `[TOOL_CALLS]name[ARGS]{…}` repeated (v11+)."""
+    """`[TOOL_CALLS] [{…}]` (v1-v3 tokenizers) or `[TOOL_CALLS]name[ARGS]{…}` repeated (v7+;
+    v11 may put `[CALL_ID]id` between the name and `[ARGS]`). A marker inside an
+    argument string is text: the next call is looked for after the arguments end."""
 
     marker: str = "[TOOL_CALLS]"
     args_marker: str = "[ARGS]"
+    id_marker: str = "[CALL_ID]"
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
         i = text.find(self.marker)
         rest = skip_space(text, i + len(self.marker)) if i >= 0 else 0
         if i < 0 or rest >= len(text) or text[rest] == "[":
-            return Prefixed(self.marker).scan(text, is_final=is_final)
+            return Prefixed((self.marker,)).scan(text, is_final=is_final)
         calls: list[PartialCall] = []
-        for piece_start in _occurrences(text, self.marker, i):
-            call = self._named_call(text, piece_start, is_final=is_final)
+        start: int | None = i + len(self.marker)
+        while start is not None:
+            call, end = self._named_call(text, start, is_final=is_final)
             if call is None:
                 break
             calls.append(call)
-        return Scan(content=text[:i], calls=tuple(calls))
+            nxt = text.find(self.marker, end) if end is not None else -1
+            start = nxt + len(self.marker) if nxt >= 0 else None
+        content = beside_calls(text[:i], tuple(calls), is_final=is_final)
+        return strict(Scan(content=content, calls=tuple(calls)), text, is_final=is_final)
 
-    def _named_call(self, text: str, start: int, *, is_final: bool) -> PartialCall | None:
+    def _named_call(
+        self, text: str, start: int, *, is_final: bool
+    ) -> tuple[PartialCall | None, int | None]:
+        """The call whose name starts at `start`, and where its arguments end (None while
+        they may grow)."""
         a = text.find(self.args_marker, start)
         nxt = text.find(self.marker, start)
         if a < 0 or (0 <= nxt < a):
-            return None
-        name = text[start:a].strip()
+            return None, None
+        name = text[start:a].split(self.id_marker, 1)[0].strip()
         value = skip_space(text, a + len(self.args_marker))
         end = json_value_end(text, value)
         stop = (
@@ -184,15 +197,8 @@ class Mistral:
             if end is not None
             else len(text) - (0 if is_final else held_back(text, [self.marker]))
         )
-        return PartialCall(name=name, arguments=text[value:stop], is_complete=end is not None)
-
-
-def _occurrences(text: str, marker: str, first: int) -> list[int]:
-    starts, i = [], first
-    while i >= 0:
-        starts.append(i + len(marker))
-        i = text.find(marker, i + len(marker))
-    return starts
+        call = PartialCall(name=name, arguments=text[value:stop], is_complete=end is not None)
+        return call, end
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,5 +219,5 @@ class Llama3Json:
             return Scan(content=text)
         calls, ok = scan_call_list(text, start, is_final=is_final, separator=";")
         if calls or (ok and not is_final):
-            return Scan(content="", calls=tuple(calls))
+            return strict(Scan(content="", calls=tuple(calls)), text, is_final=is_final)
         return Scan(content=text)

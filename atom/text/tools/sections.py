@@ -5,13 +5,14 @@ tool's JSON schema)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from atom.text.scanning import held_back, json_value_end, skip_space
-from atom.text.tools.base import PartialCall, Scan, scan_blocks
+from atom.text.tools.base import PartialCall, Scan, beside_calls, scan_blocks, strict
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +29,8 @@ class Section:
     def scan(self, text: str, *, is_final: bool) -> Scan:
         i = text.find(self.section)
         if i < 0:
-            return Scan(
-                content=text[: len(text) - (0 if is_final else held_back(text, [self.section]))]
-            )
+            keep = 0 if is_final else held_back(text, [self.section])
+            return Scan(content=beside_calls(text[: len(text) - keep], (), is_final=is_final))
         calls: list[PartialCall] = []
         pos = text.find(self.call, i)
         while pos >= 0:
@@ -40,7 +40,8 @@ class Section:
             calls.append(call)
         if not calls and is_final:
             return Scan(content=text)
-        return Scan(content=text[:i], calls=tuple(calls))
+        content = beside_calls(text[:i], tuple(calls), is_final=is_final)
+        return strict(Scan(content=content, calls=tuple(calls)), text, is_final=is_final)
 
     def _call(self, text: str, start: int, *, is_final: bool) -> tuple[PartialCall | None, int]:
         name_end = text.find(self.name_end, start)
@@ -51,8 +52,8 @@ class Section:
             value = skip_space(text, value + len(self.fence))
         elif self.fence and not is_final and self.fence.startswith(text[value:]):
             return PartialCall(name=self.name_of(text[start:name_end]), arguments=""), -1
-        close = text.find(self.call_end, value)
-        end = json_value_end(text[: close if close >= 0 else len(text)], value)
+        end = json_value_end(text, value)  # an end marker inside a JSON string is text
+        close = text.find(self.call_end, end) if end is not None else -1
         limit = (
             close
             if close >= 0
@@ -137,10 +138,35 @@ class Qwen3Coder:
 
 
 def _typed(raw: str, schema: Mapping[str, Any]) -> Any:
-    kind = schema.get("type")
-    if kind in ("integer", "number", "boolean", "object", "array", "null"):
+    """A parameter's value by its schema's type — one type, a list of them
+    (`["string", "null"]`) or `anyOf`/`oneOf` alternatives: `null` is None when null is
+    allowed, a JSON value when the type is not a string, else the raw text (so is a
+    number JSON cannot hold, such as 1e999)."""
+    kinds = _types(schema)
+    value = raw.strip()
+    if value == "null" and "null" in kinds:
+        return None
+    if kinds & {"integer", "number", "boolean", "object", "array"}:
         try:
-            return json.loads(raw.strip().lower() if kind == "boolean" else raw.strip())
-        except json.JSONDecodeError:
+            loaded = json.loads(value.lower() if "boolean" in kinds else value, parse_float=_finite)
+        except ValueError:
             return raw
+        if not isinstance(loaded, str):
+            return loaded
     return raw
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+    for alternative in [*schema.get("anyOf", ()), *schema.get("oneOf", ())]:
+        if isinstance(alternative, Mapping):
+            kinds |= _types(alternative)
+    return kinds
+
+
+def _finite(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError(f"{literal} is not a finite number")
+    return number
