@@ -114,6 +114,7 @@ class TextPlan:
     tools: ToolPlan | None = None
     reasoning_parser: str | None = None  # `--reasoning-parser`
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. enable_thinking
+    reasoning_starts_open: bool = False  # the rendered prompt left a reasoning block open
     echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
     report_prompt_logprobs: bool = False
 

@@ -12,7 +12,7 @@ from typing import Any
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.plan import RequestPlan, ResponseShape
-from atom.text.parsers import reasoning_format
+from atom.text.parsers import opens_reasoning, reasoning_format
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,3 +57,18 @@ def reasoning_end_ids(
         return ()
     marker = reasoning_format(reasoning_parser, template_kwargs).end_marker
     return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()
+
+
+def reasoning_opened(
+    tokenizer: Any,
+    reasoning_parser: str | None,
+    template_kwargs: dict[str, Any],
+    prompt_ids: tuple[int, ...],
+) -> bool:
+    """Whether the rendered prompt ends inside an open reasoning block (a template that
+    writes `<think>` itself), so the output starts in the reasoning: decided from the
+    prompt, not guessed from the output."""
+    if not reasoning_parser:
+        return False
+    fmt = reasoning_format(reasoning_parser, template_kwargs)
+    return opens_reasoning(fmt, tokenizer.decode(prompt_ids[-64:]))

@@ -15,7 +15,7 @@ from typing import Any
 from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
-from atom.http.adapter import Planned, check_shape, reasoning_end_ids
+from atom.http.adapter import Planned, check_shape, reasoning_end_ids, reasoning_opened
 from atom.http.prompts import check_prompt_size, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
@@ -91,6 +91,9 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         tools=tools.plan,
         reasoning_parser=settings.reasoning_parser,
         template_kwargs=tools.template_kwargs,
+        reasoning_starts_open=reasoning_opened(
+            core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt.ids
+        ),
         report_prompt_logprobs=body.prompt_logprobs is not None,
     )
     request_plan = RequestPlan(shape=shape, text=text, params=params)

@@ -25,7 +25,9 @@ class ChoiceText:
     """Feed each step's tokens; mutates itself only. After a finish, feeding is an error.
 
     A stop token (EOS or `stop_token_ids`, reported as finish "stop" by the Batcher)
-    and a stop string are left out of the text unless `include_stop_str_in_output`."""
+    and a stop string are left out of the text unless `include_stop_str_in_output`; the
+    stop token's logprobs entry too, so the entries' tokens spell the text (OpenAI's
+    contract)."""
 
     def __init__(self, decoder: Decoder, params: SamplingParams) -> None:
         self._decoder = decoder
@@ -53,7 +55,8 @@ class ChoiceText:
         )
         visible = token_ids
         if finish_reason is FinishReason.STOP and not self._params.include_stop_str_in_output:
-            visible = token_ids[:-1]
+            visible = token_ids[:-1]  # the stop token is not text, nor a logprobs entry
+            texts = None if texts is None else texts[:-1]
         text = self._detokenizer.push(visible)
         if finish_reason is not None:
             text += self._detokenizer.flush()

@@ -31,13 +31,21 @@ TOOL_PARSERS: dict[str, Callable[[ToolSchemas], ToolFormat]] = {
     "granite": lambda tools: Prefixed(("<|tool_call|>", "<tool_call>")),
 }
 
-REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any]], ReasoningFormat]] = {
-    "deepseek_r1": lambda kwargs: ThinkTags(open_optional=True),
-    "qwen3": lambda kwargs: ThinkTags(
-        open_optional=False, enabled=bool(kwargs.get("enable_thinking", True))
+REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any], bool], ReasoningFormat]] = {
+    "deepseek_r1": lambda kwargs, starts_open: ThinkTags(
+        enabled=thinking_on(kwargs, "thinking", "enable_thinking"), starts_open=starts_open
     ),
-    "granite": lambda kwargs: Granite(),
+    "qwen3": lambda kwargs, starts_open: ThinkTags(
+        enabled=thinking_on(kwargs, "enable_thinking"), starts_open=starts_open
+    ),
+    "granite": lambda kwargs, starts_open: Granite(),
 }
+
+
+def thinking_on(kwargs: Mapping[str, Any], *switches: str) -> bool:
+    """Thinking is on unless a template switch (`enable_thinking`, DeepSeek's `thinking`)
+    turns it off."""
+    return all(kwargs.get(switch, True) is not False for switch in switches)
 
 
 def tool_format(name: str, schemas: ToolSchemas | None = None) -> ToolFormat:
@@ -50,12 +58,21 @@ def tool_format(name: str, schemas: ToolSchemas | None = None) -> ToolFormat:
 
 
 def reasoning_format(
-    name: str, chat_template_kwargs: Mapping[str, Any] | None = None
+    name: str, chat_template_kwargs: Mapping[str, Any] | None = None, *, starts_open: bool = False
 ) -> ReasoningFormat:
+    """The reasoning format `name` under these template kwargs; `starts_open`: the
+    rendered prompt ended inside an open reasoning block (`opens_reasoning`)."""
     if name not in REASONING_PARSERS:
         known = ", ".join(sorted(REASONING_PARSERS))
         raise ValueError(f"unknown reasoning parser {name!r}; known: {known}")
-    return REASONING_PARSERS[name](chat_template_kwargs or {})
+    return REASONING_PARSERS[name](chat_template_kwargs or {}, starts_open)
+
+
+def opens_reasoning(fmt: ReasoningFormat, prompt_tail: str) -> bool:
+    """Whether a prompt ending in `prompt_tail` leaves a reasoning block open (its last
+    start marker comes after its last end marker)."""
+    start = fmt.start_marker
+    return bool(start) and prompt_tail.rfind(start) > prompt_tail.rfind(fmt.end_marker or start)
 
 
 def plan_formats(text: TextPlan) -> tuple[ToolFormat | None, ReasoningFormat | None]:
@@ -74,5 +91,7 @@ def plan_formats(text: TextPlan) -> tuple[ToolFormat | None, ReasoningFormat | N
             fmt = limited(fmt, tools.max_calls)
     reasoning = None
     if text.reasoning_parser:
-        reasoning = reasoning_format(text.reasoning_parser, text.template_kwargs)
+        reasoning = reasoning_format(
+            text.reasoning_parser, text.template_kwargs, starts_open=text.reasoning_starts_open
+        )
     return fmt, reasoning

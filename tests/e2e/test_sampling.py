@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -98,6 +99,24 @@ def test_chat_logprobs_shape(server: Server) -> None:
         assert sum(math.exp(x) for x in tops) <= 1.0 + 1e-6
 
 
+def test_logprobs_spell_the_content_when_the_model_ends_its_turn(server: Server) -> None:
+    doc = chat(server, logprobs=True, max_tokens=200)
+    assert doc["choices"][0]["finish_reason"] == "stop"  # it wrote its end-of-turn token
+    entries = doc["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == content(doc)  # no <|im_end|> entry
+    body = {"messages": Q, "temperature": 0, "max_tokens": 200, "logprobs": True, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as r:
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    streamed = [
+        e for c in chunks for e in (c["choices"][0].get("logprobs") or {}).get("content") or []
+    ]
+    assert [e["token"] for e in streamed] == [e["token"] for e in entries]
+    doc = complete(server, "The capital of France is", logprobs=1, max_tokens=200)
+    choice = doc["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert "".join(choice["logprobs"]["tokens"]) == choice["text"]
+
+
 def test_completion_logprobs_shape_streaming_agrees(server: Server) -> None:
     doc = complete(server, "The capital of France is", logprobs=2, max_tokens=6)
     lp = doc["choices"][0]["logprobs"]
@@ -108,8 +127,6 @@ def test_completion_logprobs_shape_streaming_agrees(server: Server) -> None:
             "logprobs": 2, "stream": True}  # fmt: skip
     with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=120) as r:
         lines = [ln for ln in r.iter_lines() if ln.startswith("data: {")]
-    import json
-
     streamed = [json.loads(ln[6:])["choices"][0]["logprobs"] for ln in lines]
     offsets = [o for s in streamed if s for o in s["text_offset"]]
     assert offsets == lp["text_offset"]

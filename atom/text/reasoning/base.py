@@ -4,6 +4,7 @@ pieces concatenate to exactly the non-streaming split for any chunking."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,35 +21,53 @@ class ReasoningFormat(Protocol):
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan: ...
 
     @property
+    def start_marker(self) -> str:
+        """The text that opens the reasoning section ("" when there is none)."""
+        ...
+
+    @property
     def end_marker(self) -> str:
         """The text that ends the reasoning section ("" when there is none)."""
         ...
 
 
-def split_at(text: str, start: int, end_marker: str, *, is_final: bool) -> ReasoningScan:
-    """Reasoning from `start` to `end_marker`, content after it; while the marker has not
-    come, everything is reasoning except a possible marker prefix at the end."""
-    end = text.find(end_marker, start)
-    if end < 0:
+def split_at(
+    text: str, start: int, end_markers: tuple[str, ...], *, is_final: bool
+) -> ReasoningScan:
+    """Reasoning from `start` to the first of `end_markers`, content after it; while none
+    has come, everything is reasoning except a possible marker prefix at the end."""
+    found = [(i, m) for m in end_markers if (i := text.find(m, start)) >= 0]
+    if not found:
         body = text[start:]
-        keep = 0 if is_final else held_back(body, [end_marker])
+        keep = 0 if is_final else held_back(body, end_markers)
         return ReasoningScan(reasoning=body[: len(body) - keep], content="")
-    return ReasoningScan(reasoning=text[start:end], content=text[end + len(end_marker) :])
+    end, marker = min(found)
+    return ReasoningScan(reasoning=text[start:end], content=text[end + len(marker) :])
+
+
+_EMPTY_BLOCK = re.compile(r"<think>\s*</think>\s*")
+_EMPTY_BLOCK_SO_FAR = re.compile(r"<think>\s*(?:<(?:/(?:t(?:h(?:i(?:n(?:k>?)?)?)?)?)?)?)?")
 
 
 @dataclass(frozen=True, slots=True)
 class ThinkTags:
     """`<think>…</think>` then content (deepseek_r1, qwen3).
 
-    `open_optional`: the template may have emitted `<think>` already, so text without
-    it is reasoning until `</think>` (deepseek_r1); otherwise text must start with
-    `<think>` to be reasoning (qwen3). An unterminated block is all reasoning.
-    `enabled=False` (qwen3 with enable_thinking false): everything is content."""
+    `starts_open`: the rendered prompt ends inside an open `<think>` (templates that
+    write it themselves: DeepSeek-R1, Qwen3-Thinking-2507), so the output starts in
+    the reasoning and holds only `</think>`; otherwise it is reasoning only when it
+    starts with `<think>`. An unterminated block is all reasoning. `enabled=False`
+    (thinking switched off in the template kwargs): everything is content, but for an
+    empty `<think></think>` block the model may still write first."""
 
-    open_optional: bool
     enabled: bool = True
+    starts_open: bool = False
     open: str = "<think>"
     close: str = "</think>"
+
+    @property
+    def start_marker(self) -> str:
+        return self.open if self.enabled else ""
 
     @property
     def end_marker(self) -> str:
@@ -56,34 +75,51 @@ class ThinkTags:
 
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
         if not self.enabled:
-            return ReasoningScan(reasoning="", content=text)
-        start = 0
+            return ReasoningScan(reasoning="", content=_without_empty_block(text, is_final))
+        if self.starts_open:
+            return split_at(text, 0, (self.close,), is_final=is_final)
         if text.startswith(self.open):
-            start = len(self.open)
-        elif self.open.startswith(text) and not is_final:
+            return split_at(text, len(self.open), (self.close,), is_final=is_final)
+        if self.open.startswith(text) and not is_final:
             return ReasoningScan(reasoning="", content="")  # may still become the tag
-        elif not self.open_optional:
-            return ReasoningScan(reasoning="", content=text)
-        return split_at(text, start, self.close, is_final=is_final)
+        return ReasoningScan(reasoning="", content=text)
+
+
+def _without_empty_block(text: str, is_final: bool) -> str:
+    """`text` without an empty think block at its start (waiting while it may be one)."""
+    empty = _EMPTY_BLOCK.match(text)
+    if empty is not None and (is_final or empty.end() < len(text)):
+        return text[empty.end() :]
+    if not is_final and (
+        empty is not None or _EMPTY_BLOCK_SO_FAR.fullmatch(text) or "<think>".startswith(text)
+    ):
+        return ""
+    return text
 
 
 @dataclass(frozen=True, slots=True)
 class Granite:
-    """ "Here is my thought process:" reasoning "Here is my response:" content."""
+    """ "Here is my thought process:" reasoning "Here is my response:" content (or
+    "Here's …", as Granite 3.2+ also writes them)."""
 
-    thought: str = "Here is my thought process:"
-    response: str = "Here is my response:"
+    thoughts: tuple[str, ...] = ("Here is my thought process:", "Here's my thought process:")
+    responses: tuple[str, ...] = ("Here is my response:", "Here's my response:")
+
+    @property
+    def start_marker(self) -> str:
+        return self.thoughts[0]
 
     @property
     def end_marker(self) -> str:
-        return self.response
+        return self.responses[0]
 
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
-        if not text.startswith(self.thought):
-            if self.thought.startswith(text) and not is_final:
+        thought = next((t for t in self.thoughts if text.startswith(t)), None)
+        if thought is None:
+            if not is_final and any(t.startswith(text) for t in self.thoughts):
                 return ReasoningScan(reasoning="", content="")
             return ReasoningScan(reasoning="", content=text)
-        return split_at(text, len(self.thought), self.response, is_final=is_final)
+        return split_at(text, len(thought), self.responses, is_final=is_final)
 
 
 @dataclass(slots=True)
