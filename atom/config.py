@@ -32,6 +32,7 @@ class Settings:
     reasoning_parser: str | None = None
     default_chat_template_kwargs: str | None = None  # a JSON object
     exclude_tools_when_tool_choice_none: bool = False
+    trust_request_chat_template: bool = False  # a request may bring its own chat_template
     max_queued_requests: int = 256
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
@@ -108,6 +109,7 @@ HELP = {
     "reasoning_parser": "reasoning parser name (docs/parsers.md)",
     "default_chat_template_kwargs": "JSON object of chat-template variables",
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
+    "trust_request_chat_template": "accept a chat_template (Jinja) in a request",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
     "while_asleep": "after POST /sleep new requests get a 503 (reject) or wait (wait)",

@@ -117,6 +117,7 @@ class TextPlan:
     reasoning_starts_open: bool = False  # the rendered prompt left a reasoning block open
     echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
     report_prompt_logprobs: bool = False
+    include_reasoning: bool = True  # false: the reasoning parser's text leaves the answer
 
     def with_parsers(self, tool_call_parser: str | None, reasoning_parser: str | None) -> TextPlan:
         """The same plan with other parsers (`atom replay --tool-call-parser ...`)."""

@@ -23,7 +23,7 @@ from atom.http.structured import constraint_of
 from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan, ToolPlan
 from atom.text import constraints
 from atom.text.parsers import reasoning_format, tool_format
-from atom.text.prompt import render_chat
+from atom.text.prompt import TemplateControls, render_chat
 
 ID_PREFIX = "chatcmpl-"
 
@@ -69,6 +69,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         logprobs=body.logprobs,
     )
     check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
+    check_controls(settings, body)
     tools = _tools(settings, body)
     prompt = _render(core.tokenizer, body, tools)
     constraint = tools.grammar or constraint_of(body)
@@ -95,6 +96,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
             core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt.ids
         ),
         report_prompt_logprobs=body.prompt_logprobs is not None,
+        include_reasoning=body.include_reasoning,
     )
     request_plan = RequestPlan(shape=shape, text=text, params=params)
     return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
@@ -120,17 +122,49 @@ def _render(tokenizer: Any, body: ChatCompletionRequest, tools: _Tools) -> Any:
     messages = [m.as_template_message() for m in body.messages]
     try:
         ids = render_chat(
-            tokenizer, messages, tools=tools.for_template, template_kwargs=tools.template_kwargs
+            tokenizer,
+            messages,
+            tools=tools.for_template,
+            template_kwargs=tools.template_kwargs,
+            controls=_controls(body),
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="messages") from None
     return truncated(tokenizer, body.truncate_prompt_tokens, ids, None)
 
 
+def check_controls(settings: Settings, body: ChatCompletionRequest) -> None:
+    """The template controls a request may set: 400s naming the field."""
+    if body.chat_template is not None and not settings.trust_request_chat_template:
+        raise InvalidRequest(
+            "chat_template in a request needs --trust-request-chat-template", param="chat_template"
+        )
+    if body.continue_final_message and body.add_generation_prompt:
+        raise InvalidRequest(
+            "continue_final_message needs add_generation_prompt false",
+            param="continue_final_message",
+        )
+    if body.continue_final_message and body.messages[-1].role != "assistant":
+        raise InvalidRequest(
+            "continue_final_message needs the last message to be the assistant's",
+            param="continue_final_message",
+        )
+
+
+def _controls(body: ChatCompletionRequest) -> TemplateControls:
+    return TemplateControls(
+        add_generation_prompt=body.add_generation_prompt,
+        continue_final_message=body.continue_final_message,
+        chat_template=body.chat_template,
+        documents=None if body.documents is None else tuple(body.documents),
+    )
+
+
 def _tools(settings: Settings, body: ChatCompletionRequest) -> _Tools:
     choice = body.tool_choice
     tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
-    kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
+    effort = {"reasoning_effort": body.reasoning_effort} if body.reasoning_effort else {}
+    kwargs = {**default_template_kwargs(settings), **effort, **(body.chat_template_kwargs or {})}
     if choice is not None and choice not in ("none", "auto"):
         return _forced(body, tools, kwargs)
     if choice == "none" or not tools:

@@ -203,6 +203,14 @@ class ChatCompletionRequest(SamplingBody):
     chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    # Reasoning: the template's `reasoning_effort`; whether the answer carries reasoning.
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    include_reasoning: bool = True
+    # Template controls (vLLM's): docs/user-guide.md.
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template: str | None = None  # needs --trust-request-chat-template
+    documents: list[dict[str, Any]] | None = None
 
 
 class CompletionRequest(SamplingBody):

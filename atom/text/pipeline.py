@@ -49,6 +49,7 @@ class ChoiceSetup:
     reasoning_format: ReasoningFormat | None = None
     is_named_tool_choice: bool = False
     is_streamed: bool = True  # else the tool parser gives its final scan only (strict)
+    include_reasoning: bool = True  # false: reasoning is parsed out and left out
 
 
 def pipeline_for(
@@ -73,6 +74,7 @@ def pipeline_for(
         reasoning_format=reasoning_format,
         is_named_tool_choice=text.tools is not None and text.tools.named is not None,
         is_streamed=plan.shape.stream,
+        include_reasoning=text.include_reasoning,
     )
     return ChoicePipeline(setup, ChoiceText(decoder, plan.params))
 
@@ -134,7 +136,7 @@ class ChoicePipeline:
             if is_last:
                 more_reasoning, more_content = self._reasoning.flush()
                 reasoning, content = reasoning + more_reasoning, content + more_content
-            if reasoning:
+            if reasoning and self._setup.include_reasoning:
                 events.append(self._event(ReasoningDelta, text=reasoning))
         deltas: list[ToolDelta] = [ContentDelta(text=content)] if content else []
         if self._tools is not None:

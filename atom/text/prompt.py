@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TemplateControls:
+    """How a request asks its conversation to be rendered (vLLM's chat fields)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the last (assistant) message is continued
+    chat_template: str | None = None  # the request's own Jinja template
+    documents: tuple[dict[str, Any], ...] | None = None  # for templates that cite them
 
 
 def render_chat(
@@ -12,19 +23,24 @@ def render_chat(
     *,
     tools: Sequence[dict[str, Any]] | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    controls: TemplateControls = TemplateControls(),
 ) -> tuple[int, ...]:
-    """Token ids of `messages` rendered by the chat template, with the generation prompt;
-    `tools` and `template_kwargs` (e.g. enable_thinking) are passed to the template.
+    """Token ids of `messages` rendered by the chat template (the request's own, if
+    `controls` has one), with the generation prompt unless `controls` say otherwise;
+    `tools`, `documents` and `template_kwargs` (e.g. enable_thinking) are passed to it.
 
     Raises ValueError when the template rejects the conversation.
     """
-    if not getattr(tokenizer, "chat_template", None):
+    if not (controls.chat_template or getattr(tokenizer, "chat_template", None)):
         raise ValueError("this model has no chat template; use /v1/completions")
     try:
         ids = tokenizer.apply_chat_template(
             list(messages),
             tools=list(tools) if tools else None,
-            add_generation_prompt=True,
+            documents=list(controls.documents) if controls.documents else None,
+            chat_template=controls.chat_template,
+            add_generation_prompt=controls.add_generation_prompt,
+            continue_final_message=controls.continue_final_message,
             tokenize=True,
             return_dict=False,
             **(template_kwargs or {}),

@@ -1,0 +1,117 @@
+"""The chat controls vLLM users expect — template controls, a request's own template,
+documents, reasoning effort, include_reasoning — over real HTTP. The FakeRunner here
+records each prompt it is given, so a test reads what the template rendered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from atom.config import Settings
+from atom.http.app import create_app
+from atom.model.catalog import ModelSpec
+from atom.model.fake_runner import FakeRunner
+from atom.model.runner import Runtime, Sampled, StepPlan
+from tests.conftest import replying, serving, wait_ready
+
+MODEL = "SmolLM2-135M-Instruct"
+TURN = [{"role": "user", "content": "hi"}]
+TEMPLATE = (
+    "{% for d in documents or [] %}[doc:{{ d.title }}]{% endfor %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    "[effort:{{ reasoning_effort | default('none') }}]"
+)
+
+
+class Recording(FakeRunner):
+    """Keeps every prompt it starts, as token ids."""
+
+    prompts: list[tuple[int, ...]] = []  # one list per test: reset in `app`
+
+    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+        self.prompts.extend(c.token_ids for c in plan.chunks if c.start_pos == 0)
+        return super().step(plan)
+
+
+def app(tokenizer: Any, reply: str = "ok", **settings: Any) -> Any:
+    Recording.prompts = []
+
+    def load(s: Settings, spec: ModelSpec) -> Runtime:
+        runner = Recording(eos_token_id=tokenizer.eos_token_id, script=replying(tokenizer, reply))
+        return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=2048)
+
+    # No prefix cache: every prompt then starts at position 0, whole.
+    settings = {"model": (MODEL,), "enable_prefix_caching": False, **settings}
+    return create_app(Settings(**settings), load=load)
+
+
+async def post_all(served: Any, *bodies: dict[str, Any]) -> list[httpx.Response]:
+    async with serving(served) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(served)
+        return [await http.post("/v1/chat/completions", json=b) for b in bodies]
+
+
+async def test_the_generation_prompt_can_be_left_out_or_the_last_message_continued(
+    tokenizer: Any,
+) -> None:
+    prefill = [*TURN, {"role": "assistant", "content": "The answer is"}]
+    plain, no_prompt, continued = await post_all(
+        app(tokenizer),
+        {"messages": TURN},
+        {"messages": TURN, "add_generation_prompt": False},
+        {"messages": prefill, "add_generation_prompt": False, "continue_final_message": True},
+    )
+    assert plain.status_code == no_prompt.status_code == continued.status_code == 200
+    texts = [tokenizer.decode(p) for p in Recording.prompts]
+    assert texts[0].endswith("<|im_start|>assistant\n")
+    assert texts[1].endswith("hi<|im_end|>\n")
+    assert texts[2].endswith("<|im_start|>assistant\nThe answer is")  # not closed
+
+
+async def test_bad_template_controls_are_400s_naming_the_field(tokenizer: Any) -> None:
+    answers = await post_all(
+        app(tokenizer),
+        {"messages": TURN, "continue_final_message": True},
+        {"messages": TURN, "continue_final_message": True, "add_generation_prompt": False},
+        {"messages": TURN, "chat_template": TEMPLATE},
+        {"messages": TURN, "reasoning_effort": "extreme"},
+    )
+    assert [a.status_code for a in answers] == [400, 400, 400, 400]
+    params = [a.json()["error"]["param"] for a in answers]
+    assert params[:3] == ["continue_final_message", "continue_final_message", "chat_template"]
+    assert "reasoning_effort" in str(params[3])
+    assert "--trust-request-chat-template" in answers[2].json()["error"]["message"]
+    assert Recording.prompts == []  # nothing reached the engine
+
+
+async def test_a_trusted_request_template_gets_the_documents_and_the_reasoning_effort(
+    tokenizer: Any,
+) -> None:
+    documents = [{"title": "Paris", "text": "..."}, {"title": "Rome", "text": "..."}]
+    (answer,) = await post_all(
+        app(tokenizer, trust_request_chat_template=True),
+        {
+            "messages": TURN,
+            "chat_template": TEMPLATE,
+            "documents": documents,
+            "reasoning_effort": "low",
+        },
+    )
+    assert answer.status_code == 200
+    assert tokenizer.decode(Recording.prompts[0]) == "[doc:Paris][doc:Rome]<user>hi[effort:low]"
+
+
+async def test_include_reasoning_false_leaves_the_reasoning_out_of_the_answer(
+    tokenizer: Any,
+) -> None:
+    served = app(tokenizer, reply="<think>let me see</think>Paris", reasoning_parser="qwen3")
+    kept, dropped = await post_all(
+        served, {"messages": TURN}, {"messages": TURN, "include_reasoning": False}
+    )
+    assert kept.json()["choices"][0]["message"]["reasoning_content"] == "let me see"
+    message = dropped.json()["choices"][0]["message"]
+    assert message["content"] == "Paris" and "reasoning_content" not in message
+    details = dropped.json()["usage"]["completion_tokens_details"]
+    assert details == kept.json()["usage"]["completion_tokens_details"]  # still counted
