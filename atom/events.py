@@ -138,6 +138,7 @@ class TextDelta(RequestEvent):
     choice_idx: int
     text: str
     logprobs: tuple[TokenText, ...] | None = None  # the tokens this delta covers, if asked
+    token_ids: tuple[int, ...] = ()  # the tokens sampled since the last delta, if asked
 
 
 @_tagged("prompt_logprobs")

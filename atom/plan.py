@@ -81,6 +81,7 @@ class ResponseShape:
     n: int = 1  # choices returned per prompt
     best_of: int = 1  # choices generated per prompt; the n best are returned
     logprobs: bool = False  # each choice reports its tokens' logprobs
+    return_token_ids: bool = False  # prompt and output token ids in the answer (vLLM's)
     # What a Responses API object repeats of its request (instructions, tools, ...).
     request_fields: dict[str, Any] = field(default_factory=dict)
     # The Responses API's input as items (GET input_items, previous_response_id).
@@ -118,6 +119,7 @@ class TextPlan:
     echo_texts: tuple[str, ...] | None = None  # per prompt, when the client asked for echo
     report_prompt_logprobs: bool = False
     include_reasoning: bool = True  # false: the reasoning parser's text leaves the answer
+    tokens_as_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's option)
 
     def with_parsers(self, tool_call_parser: str | None, reasoning_parser: str | None) -> TextPlan:
         """The same plan with other parsers (`atom replay --tool-call-parser ...`)."""

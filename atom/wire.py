@@ -79,6 +79,8 @@ class StreamRenderer:
         self._shape = shape
         self._is_chat = shape.endpoint is Endpoint.CHAT
         self._text_offsets = [0] * shape.total_choices  # completions' text_offset, per choice
+        self._prompts: tuple[tuple[int, ...], ...] = ()  # with return_token_ids
+        self._prompt_ids_sent: set[int] = set()  # choices whose prompt ids went out
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -101,13 +103,15 @@ class StreamRenderer:
         if isinstance(event, KeepAliveSent):
             return SSE_PING
         if isinstance(event, RequestAccepted):
+            self._prompts = event.prompts
             if not self._is_chat:
                 return b""
             role = {"role": "assistant", "content": ""}
             return b"".join(self._chunk(i, role, None) for i in range(event.num_choices))
         if isinstance(event, TextDelta):
             delta = {"content": event.text} if self._is_chat else event.text
-            return self._chunk(event.choice_idx, delta, None, self._delta_logprobs(event))
+            ids = {"token_ids": list(event.token_ids)} if self._shape.return_token_ids else {}
+            return self._chunk(event.choice_idx, delta, None, self._delta_logprobs(event), ids)
         if isinstance(event, ReasoningDelta | ToolCallStarted | ToolArgumentsDelta):
             return self._chunk(event.choice_idx, parsed_delta(event), None)
         if isinstance(event, ChoiceFinished):
@@ -129,10 +133,19 @@ class StreamRenderer:
         return wire_logprobs.completion(entries, offset)
 
     def _chunk(
-        self, idx: int, delta: Any, finish_reason: str | None, logprobs: Any = None
+        self,
+        idx: int,
+        delta: Any,
+        finish_reason: str | None,
+        logprobs: Any = None,
+        token_ids: dict[str, Any] | None = None,
     ) -> bytes:
         key = "delta" if self._is_chat else "text"
         choice = {"index": idx, key: delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        choice.update(token_ids or {})
+        if self._shape.return_token_ids and idx not in self._prompt_ids_sent:
+            self._prompt_ids_sent.add(idx)  # with the choice's first chunk, as vLLM
+            choice["prompt_token_ids"] = list(prompt_of(self._prompts, self._shape, idx))
         return _sse(self._envelope([choice], None))
 
     def _envelope(self, choices: list[Any], usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -182,6 +195,7 @@ class _Choice:
     prompt_logprobs: tuple[PromptToken, ...] | None = None
     reasoning: list[str] | None = None  # None: no reasoning text came
     calls: list[_ToolCall] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # with return_token_ids
 
     @property
     def score(self) -> float:
@@ -196,6 +210,7 @@ class BodyRenderer:
         self._received = received
         self._shape = shape
         self._choices = [_Choice() for _ in range(shape.total_choices)]
+        self._prompts: tuple[tuple[int, ...], ...] = ()
         self.has_started = False
 
     def feed(self, event: Event) -> Output | None:
@@ -204,6 +219,8 @@ class BodyRenderer:
         if isinstance(event, RequestCompleted):
             self.has_started = True
             return Output(body=dumps(self._body(event)), is_final=True)
+        if isinstance(event, RequestAccepted):
+            self._prompts = event.prompts
         if isinstance(event, TextDelta | PromptLogprobs | ReasoningDelta | ChoiceFinished):
             self._record(self._choices[event.choice_idx], event)
         elif isinstance(event, ToolCallStarted):
@@ -219,6 +236,7 @@ class BodyRenderer:
         if isinstance(event, TextDelta):
             choice.texts.append(event.text)
             choice.tokens.extend(event.logprobs or ())
+            choice.token_ids.extend(event.token_ids)
         elif isinstance(event, PromptLogprobs):
             choice.prompt_logprobs = event.entries
         elif isinstance(event, ReasoningDelta):
@@ -230,8 +248,8 @@ class BodyRenderer:
         r = self._received
         is_chat = self._shape.endpoint is Endpoint.CHAT
         kept = self._best_of_selection()
-        choices = [self._choice(out_idx, self._choices[src]) for out_idx, src in enumerate(kept)]
-        body = {
+        choices = [self._choice(out_idx, src) for out_idx, src in enumerate(kept)]
+        body: dict[str, Any] = {
             "id": r.request_id,
             "object": "chat.completion" if is_chat else "text_completion",
             "created": r.created,
@@ -242,6 +260,8 @@ class BodyRenderer:
         first = self._choices[0].prompt_logprobs if self._choices else None
         if is_chat and first is not None:  # vLLM puts it on the response for chat
             body["prompt_logprobs"] = wire_logprobs.prompt(first)
+        if is_chat and self._shape.return_token_ids:  # vLLM: on the response for chat
+            body["prompt_token_ids"] = list(self._prompts[0]) if self._prompts else []
         return body
 
     def _best_of_selection(self) -> list[int]:
@@ -256,7 +276,8 @@ class BodyRenderer:
             kept += sorted(sorted(group, key=lambda i: (-self._choices[i].score, i))[:n])
         return kept
 
-    def _choice(self, out_idx: int, choice: _Choice) -> dict[str, Any]:
+    def _choice(self, out_idx: int, src: int) -> dict[str, Any]:
+        choice = self._choices[src]
         is_chat = self._shape.endpoint is Endpoint.CHAT
         logprobs = None
         if self._shape.logprobs:
@@ -271,6 +292,10 @@ class BodyRenderer:
         out["finish_reason"] = choice.finish_reason
         if not is_chat and choice.prompt_logprobs is not None:
             out["prompt_logprobs"] = wire_logprobs.prompt(choice.prompt_logprobs)
+        if self._shape.return_token_ids:
+            if not is_chat:
+                out["prompt_token_ids"] = list(prompt_of(self._prompts, self._shape, src))
+            out["token_ids"] = choice.token_ids
         return out
 
 
@@ -285,6 +310,14 @@ def _message(choice: _Choice, text: str) -> dict[str, Any]:
     if choice.calls:
         message["tool_calls"] = [call.as_wire() for call in choice.calls]
     return message
+
+
+def prompt_of(
+    prompts: tuple[tuple[int, ...], ...], shape: ResponseShape, choice_idx: int
+) -> tuple[int, ...]:
+    """The prompt token ids of a choice (choice `p * best_of + j` is prompt p's)."""
+    idx = choice_idx // shape.best_of
+    return prompts[idx] if idx < len(prompts) else ()
 
 
 def _sse(obj: Any) -> bytes:

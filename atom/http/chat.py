@@ -67,6 +67,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         n=body.n,
         best_of=body.n,
         logprobs=body.logprobs,
+        return_token_ids=body.return_token_ids,
     )
     check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
     check_controls(settings, body)
@@ -97,6 +98,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         ),
         report_prompt_logprobs=body.prompt_logprobs is not None,
         include_reasoning=body.include_reasoning,
+        tokens_as_ids=body.return_tokens_as_token_ids,
     )
     request_plan = RequestPlan(shape=shape, text=text, params=params)
     return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)

@@ -37,6 +37,7 @@ def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Plann
         n=body.n,
         best_of=body.best_of or body.n,
         logprobs=body.logprobs is not None,
+        return_token_ids=body.return_token_ids,
     )
     check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
     prompts = [_prompt(core.tokenizer, body, item) for item in items]
@@ -58,6 +59,7 @@ def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Plann
     text = TextPlan(
         echo_texts=tuple(p.text for p in prompts) if body.echo else None,
         report_prompt_logprobs=body.prompt_logprobs is not None,
+        tokens_as_ids=body.return_tokens_as_token_ids,
     )
     request_plan = RequestPlan(shape=shape, text=text, params=params)
     ids = tuple(p.ids for p in prompts)

@@ -185,6 +185,8 @@ class SamplingBody(RoutedBody):
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = Field(default=None, ge=1)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    return_token_ids: bool = False  # vLLM's: prompt and output token ids in the answer
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs tokens as "token_id:N"
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
 

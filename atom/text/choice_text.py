@@ -29,8 +29,11 @@ class ChoiceText:
     stop token's logprobs entry too, so the entries' tokens spell the text (OpenAI's
     contract)."""
 
-    def __init__(self, decoder: Decoder, params: SamplingParams) -> None:
+    def __init__(
+        self, decoder: Decoder, params: SamplingParams, *, tokens_as_ids: bool = False
+    ) -> None:
         self._decoder = decoder
+        self._tokens_as_ids = tokens_as_ids  # logprobs name tokens "token_id:N"
         self._params = params
         self._detokenizer = IncrementalDetokenizer(
             decoder, skip_special_tokens=params.skip_special_tokens
@@ -108,4 +111,6 @@ class ChoiceText:
         return TokenText(token=self._token(token_id), logprob=logprobs.logprob, top=top)
 
     def _token(self, token_id: int) -> str:
+        if self._tokens_as_ids:
+            return f"token_id:{token_id}"
         return self._decoder.decode([token_id], skip_special_tokens=False)

@@ -50,6 +50,7 @@ class ChoiceSetup:
     is_named_tool_choice: bool = False
     is_streamed: bool = True  # else the tool parser gives its final scan only (strict)
     include_reasoning: bool = True  # false: reasoning is parsed out and left out
+    report_token_ids: bool = False  # each step's token ids ride on a TextDelta
 
 
 def pipeline_for(
@@ -75,8 +76,9 @@ def pipeline_for(
         is_named_tool_choice=text.tools is not None and text.tools.named is not None,
         is_streamed=plan.shape.stream,
         include_reasoning=text.include_reasoning,
+        report_token_ids=plan.shape.return_token_ids,
     )
-    return ChoicePipeline(setup, ChoiceText(decoder, plan.params))
+    return ChoicePipeline(setup, ChoiceText(decoder, plan.params, tokens_as_ids=text.tokens_as_ids))
 
 
 class ChoicePipeline:
@@ -117,8 +119,9 @@ class ChoicePipeline:
         if self._reasoning is not None and self._reasoning.is_reasoning:
             self._num_reasoning_tokens += len(sampled.token_ids)
         update = self._text.feed(sampled.token_ids, sampled.finish_reason, sampled.logprobs)
+        token_ids = sampled.token_ids if self._setup.report_token_ids else ()
         events += self._split(
-            update.text, update.logprobs, is_last=update.finish_reason is not None
+            update.text, update.logprobs, token_ids, is_last=update.finish_reason is not None
         )
         if update.finish_reason is not None:
             self._stop_string = update.stop_string
@@ -126,7 +129,12 @@ class ChoicePipeline:
         return events
 
     def _split(
-        self, text: str, logprobs: tuple[TokenText, ...] | None, *, is_last: bool
+        self,
+        text: str,
+        logprobs: tuple[TokenText, ...] | None,
+        token_ids: tuple[int, ...],
+        *,
+        is_last: bool,
     ) -> list[Event]:
         """Text → reasoning and content → content and tool calls, as events."""
         events: list[Event] = []
@@ -142,8 +150,11 @@ class ChoicePipeline:
         if self._tools is not None:
             deltas = self._tools.feed(content) + (self._tools.flush() if is_last else [])
         texts = [d.text for d in deltas if isinstance(d, ContentDelta)]
-        if texts or logprobs:
-            events.append(self._event(TextDelta, text="".join(texts), logprobs=logprobs))
+        if texts or logprobs or token_ids:
+            delta = self._event(
+                TextDelta, text="".join(texts), logprobs=logprobs, token_ids=token_ids
+            )
+            events.append(delta)
         events += [self._tool_event(d) for d in deltas if not isinstance(d, ContentDelta)]
         return events
 

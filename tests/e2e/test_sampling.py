@@ -117,6 +117,20 @@ def test_logprobs_spell_the_content_when_the_model_ends_its_turn(server: Server)
     assert "".join(choice["logprobs"]["tokens"]) == choice["text"]
 
 
+def test_logprobs_can_name_tokens_by_their_ids(server: Server) -> None:
+    doc = chat(
+        server,
+        logprobs=True,
+        top_logprobs=2,
+        return_tokens_as_token_ids=True,
+        return_token_ids=True,
+    )
+    entries = doc["choices"][0]["logprobs"]["content"]
+    ids = doc["choices"][0]["token_ids"]
+    assert [e["token"] for e in entries] == [f"token_id:{i}" for i in ids[: len(entries)]]
+    assert all(t["token"].startswith("token_id:") for e in entries for t in e["top_logprobs"])
+
+
 def test_completion_logprobs_shape_streaming_agrees(server: Server) -> None:
     doc = complete(server, "The capital of France is", logprobs=2, max_tokens=6)
     lp = doc["choices"][0]["logprobs"]

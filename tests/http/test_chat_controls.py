@@ -4,6 +4,7 @@ records each prompt it is given, so a test reads what the template rendered."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,3 +116,37 @@ async def test_include_reasoning_false_leaves_the_reasoning_out_of_the_answer(
     assert message["content"] == "Paris" and "reasoning_content" not in message
     details = dropped.json()["usage"]["completion_tokens_details"]
     assert details == kept.json()["usage"]["completion_tokens_details"]  # still counted
+
+
+async def test_return_token_ids_gives_the_prompt_and_every_sampled_token(tokenizer: Any) -> None:
+    served = app(tokenizer, reply="Paris, France")
+    reply_ids = [*tokenizer.encode("Paris, France", add_special_tokens=False)]
+    async with serving(served) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(served)
+        body = await http.post(
+            "/v1/chat/completions", json={"messages": TURN, "return_token_ids": True}
+        )
+        async with http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"messages": TURN, "return_token_ids": True, "stream": True},
+        ) as r:
+            chunks = [json.loads(line[6:]) async for line in r.aiter_lines() if line[6:7] == "{"]
+        completion = await http.post(
+            "/v1/completions",
+            json={"prompt": ["a b", "c"], "return_token_ids": True, "max_tokens": 2},
+        )
+        plain = await http.post("/v1/chat/completions", json={"messages": TURN})
+    doc = body.json()
+    assert doc["prompt_token_ids"] == list(Recording.prompts[0])
+    assert doc["choices"][0]["token_ids"] == [*reply_ids, tokenizer.eos_token_id]
+    assert chunks[0]["choices"][0]["prompt_token_ids"] == doc["prompt_token_ids"]
+    streamed = [i for c in chunks for i in c["choices"][0].get("token_ids", [])]
+    assert streamed == doc["choices"][0]["token_ids"]
+    choices = completion.json()["choices"]
+    assert [c["prompt_token_ids"] for c in choices] == [
+        tokenizer.encode("a b"),
+        tokenizer.encode("c"),
+    ]
+    assert all(c["token_ids"] == reply_ids[:2] for c in choices)
+    assert "token_ids" not in plain.text  # only when asked: the answer is as before
