@@ -258,8 +258,8 @@ def test_no_parser_raises_on_any_text_and_streaming_agrees(
     streamed = run_stream(name, chunks)
     if len(streamed.calls) == len(whole.calls):  # no announced call was dropped at the end
         assert streamed == whole
-    else:
-        assert [c.name for c in streamed.calls][: len(whole.calls)] or not whole.calls
+    else:  # the stream kept a call it had announced and the whole answer dropped
+        assert len(streamed.calls) > len(whole.calls)
 
 
 @pytest.mark.parametrize(
