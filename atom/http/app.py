@@ -29,7 +29,7 @@ from atom.errors import (
     RouteNotFound,
     Unauthorized,
 )
-from atom.http import admin, info, pooling_routes, stored, tokenize
+from atom.http import admin, info, pooling_routes, render, stored, tokenize
 from atom.http.access import Access, is_preflight
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
@@ -154,6 +154,7 @@ def create_app(
     stored.register(quart, engine)
     pooling_routes.register(quart, engine)
     admin.register(quart, engine)
+    render.register(quart, engine)
     return AtomApp(quart, engine)
 
 

@@ -89,19 +89,30 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
     params = sampling_params(
         core.tokenizer, core.max_model_len, body, asked, grammar=constraint, grammar_after=after
     )
-    text = TextPlan(
+    text = _text_plan(settings, core, body, tools, prompt.ids)
+    request_plan = RequestPlan(shape=shape, text=text, params=params)
+    return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
+
+
+def _text_plan(
+    settings: Settings,
+    core: EngineCore,
+    body: ChatCompletionRequest,
+    tools: _Tools,
+    prompt_ids: tuple[int, ...],
+) -> TextPlan:
+    """What the choices' text pipelines run: parsers, template kwargs, reporting."""
+    return TextPlan(
         tools=tools.plan,
         reasoning_parser=settings.reasoning_parser,
         template_kwargs=tools.template_kwargs,
         reasoning_starts_open=reasoning_opened(
-            core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt.ids
+            core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt_ids
         ),
         report_prompt_logprobs=body.prompt_logprobs is not None,
         include_reasoning=body.include_reasoning,
         tokens_as_ids=body.return_tokens_as_token_ids,
     )
-    request_plan = RequestPlan(shape=shape, text=text, params=params)
-    return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
 
 
 def prompt_ids(

@@ -61,9 +61,12 @@ def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Plann
         report_prompt_logprobs=body.prompt_logprobs is not None,
         tokens_as_ids=body.return_tokens_as_token_ids,
     )
-    request_plan = RequestPlan(shape=shape, text=text, params=params)
-    ids = tuple(p.ids for p in prompts)
-    return Planned(plan=request_plan, prompts=ids, cache_salt=body.cache_salt)
+    return _planned(body, RequestPlan(shape=shape, text=text, params=params), prompts)
+
+
+def _planned(body: CompletionRequest, plan: RequestPlan, prompts: list[Prompt]) -> Planned:
+    """The plan with every prompt's token ids and the body's cache salt."""
+    return Planned(plan=plan, prompts=tuple(p.ids for p in prompts), cache_salt=body.cache_salt)
 
 
 def _prompt_items(body: CompletionRequest) -> list[str | list[int]]:

@@ -150,3 +150,28 @@ async def test_return_token_ids_gives_the_prompt_and_every_sampled_token(tokeniz
     ]
     assert all(c["token_ids"] == reply_ids[:2] for c in choices)
     assert "token_ids" not in plain.text  # only when asked: the answer is as before
+
+
+async def test_render_gives_what_a_request_would_run_and_generates_nothing(
+    tokenizer: Any,
+) -> None:
+    served = app(tokenizer)
+    ask = {"messages": TURN, "max_tokens": 7, "temperature": 0.5, "stop": ["x"]}
+    async with serving(served) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(served)
+        chat = await http.post("/v1/chat/completions/render", json=ask)
+        completion = await http.post("/v1/completions/render", json={"prompt": ["a b", "c"]})
+        bad = await http.post("/v1/chat/completions/render", json={"messages": []})
+        await http.post("/v1/chat/completions", json=ask)  # the same body, generated
+    rendered = chat.json()
+    assert rendered["token_ids"] == list(Recording.prompts[0])  # exactly what would run
+    assert len(Recording.prompts) == 1  # the renders ran nothing
+    assert rendered["prompt"] == tokenizer.decode(Recording.prompts[0])
+    assert rendered["request_id"].startswith("chatcmpl-")
+    params = rendered["sampling_params"]
+    assert (params["max_tokens"], params["temperature"], params["stop"]) == (7, 0.5, ["x"])
+    assert [r["token_ids"] for r in completion.json()] == [
+        tokenizer.encode("a b"),
+        tokenizer.encode("c"),
+    ]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
