@@ -34,6 +34,7 @@ class Settings:
     exclude_tools_when_tool_choice_none: bool = False
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
     max_queued_requests: int = 256
+    scheduling_policy: str = "fcfs"  # or "priority": a request's priority orders admission
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_n: int = 16
@@ -111,6 +112,7 @@ HELP = {
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "trust_request_chat_template": "accept a chat_template (Jinja) in a request",
     "max_queued_requests": "requests that may wait for admission; then a 429",
+    "scheduling_policy": "fcfs (arrival order) or priority (a request's priority, then arrival)",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",
     "while_asleep": "after POST /sleep new requests get a 503 (reject) or wait (wait)",
     "profile_dir": "enable POST /start_profile and /stop_profile; traces are written here",

@@ -78,6 +78,7 @@ class Submit(RequestEvent):
     choices_per_prompt: int = 1
     cache_salt: str | None = None
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
+    priority: int = 0  # lower is admitted first and preempted last (policy "priority")
 
     @property
     def prompts(self) -> tuple[tuple[int, ...], ...]:

@@ -313,12 +313,12 @@ class Batcher:
         abandoned ones as they reach the head, after failing those that waited too long."""
         self._expire()
         while self._queue and not self.sleep_level:
-            head = self._queue[0]
+            head = self._next_queued()
             if not head.outbox.is_abandoned and not self._scheduler.can_admit(
                 head.submit.total_choices
             ):
                 return
-            self._queue.popleft()
+            self._queue.remove(head)  # the first, unless a priority came before it
             if head.outbox.is_abandoned:
                 head.outbox.close()
                 self._publish(
@@ -331,6 +331,12 @@ class Batcher:
             self._publish(
                 RequestScheduled(request_id=submit.request_id, num_running=len(self._running))
             )
+
+    def _next_queued(self) -> _Queued:
+        """The request admitted next: the oldest, or the oldest of the lowest priority."""
+        if not self._scheduler.by_priority:
+            return self._queue[0]
+        return min(self._queue, key=lambda q: q.submit.priority)  # min keeps the first
 
     def _expire(self) -> None:
         """Fail the requests that waited longer than max_queue_wait_s (the oldest are first)."""

@@ -50,6 +50,12 @@ KIND_NAMES = {
 UNLOAD_DRAIN_S = 30.0  # running requests of a model being unloaded may finish this long
 
 
+def check_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A setting that takes one of a few words: ValueError naming the flag otherwise."""
+    if value not in allowed:
+        raise ValueError(f"--{flag}: expected {' or '.join(allowed)}, got {value!r}")
+
+
 class Models:
     def __init__(
         self,
@@ -79,10 +85,8 @@ class Models:
         self._stop_reason: str | None = None
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
-        if settings.while_asleep not in {"reject", "wait"}:
-            raise ValueError(
-                f"--while-asleep: expected reject or wait, got {settings.while_asleep!r}"
-            )
+        check_choice("scheduling-policy", settings.scheduling_policy, ("fcfs", "priority"))
+        check_choice("while-asleep", settings.while_asleep, ("reject", "wait"))
 
     # --- routing (called by the routes, on the event loop) -------------------------
 
@@ -317,6 +321,7 @@ class Models:
             max_num_batched_tokens=s.max_num_batched_tokens,
             eos_token_ids=runner.eos_token_ids,
             max_model_len=runtime.max_model_len,
+            by_priority=s.scheduling_policy == "priority",
         )
         return Batcher(
             runner,

@@ -11,6 +11,7 @@ from typing import Any
 
 from atom.config import Settings
 from atom.errors import InvalidRequest
+from atom.http.schemas import SamplingBody
 from atom.plan import RequestPlan, ResponseShape
 from atom.text.parsers import opens_reasoning, reasoning_format
 
@@ -20,11 +21,25 @@ class Planned:
     plan: RequestPlan
     prompts: tuple[tuple[int, ...], ...]  # token ids, one entry per prompt
     cache_salt: str | None = None
+    priority: int = 0  # lower is admitted first (--scheduling-policy priority)
 
     def reshaped(self, **changes: Any) -> Planned:
         """The same plan with other response-shape fields (an API planned as chat)."""
         shape = replace(self.plan.shape, **changes)
         return replace(self, plan=replace(self.plan, shape=shape))
+
+
+def planned(
+    settings: Settings, body: SamplingBody, plan: RequestPlan, prompts: tuple[tuple[int, ...], ...]
+) -> Planned:
+    """The plan with its prompts and the body's scheduling hints (cache salt, priority);
+    a priority other than 0 needs `--scheduling-policy priority` (a 400, as vLLM)."""
+    if body.priority != 0 and settings.scheduling_policy != "priority":
+        raise InvalidRequest(
+            "priority needs the server started with --scheduling-policy priority",
+            param="priority",
+        )
+    return Planned(plan=plan, prompts=prompts, cache_salt=body.cache_salt, priority=body.priority)
 
 
 def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bool) -> None:

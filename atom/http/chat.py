@@ -15,7 +15,13 @@ from typing import Any
 from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
-from atom.http.adapter import Planned, check_shape, reasoning_end_ids, reasoning_opened
+from atom.http.adapter import (
+    Planned,
+    check_shape,
+    planned,
+    reasoning_end_ids,
+    reasoning_opened,
+)
 from atom.http.prompts import check_prompt_size, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
@@ -91,7 +97,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
     )
     text = _text_plan(settings, core, body, tools, prompt.ids)
     request_plan = RequestPlan(shape=shape, text=text, params=params)
-    return Planned(plan=request_plan, prompts=(prompt.ids,), cache_salt=body.cache_salt)
+    return planned(settings, body, request_plan, (prompt.ids,))
 
 
 def _text_plan(

@@ -12,7 +12,7 @@ from typing import Any
 from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import InvalidRequest
-from atom.http.adapter import Planned, check_shape
+from atom.http.adapter import Planned, check_shape, planned
 from atom.http.prompts import Prompt, check_prompt_size, checked_ids, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import CompletionRequest
@@ -61,12 +61,8 @@ def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Plann
         report_prompt_logprobs=body.prompt_logprobs is not None,
         tokens_as_ids=body.return_tokens_as_token_ids,
     )
-    return _planned(body, RequestPlan(shape=shape, text=text, params=params), prompts)
-
-
-def _planned(body: CompletionRequest, plan: RequestPlan, prompts: list[Prompt]) -> Planned:
-    """The plan with every prompt's token ids and the body's cache salt."""
-    return Planned(plan=plan, prompts=tuple(p.ids for p in prompts), cache_salt=body.cache_salt)
+    request_plan = RequestPlan(shape=shape, text=text, params=params)
+    return planned(settings, body, request_plan, tuple(p.ids for p in prompts))
 
 
 def _prompt_items(body: CompletionRequest) -> list[str | list[int]]:

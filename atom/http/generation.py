@@ -161,6 +161,7 @@ class Adapter(Generic[B]):
             params=planned.plan.params,
             choices_per_prompt=planned.plan.shape.best_of,
             cache_salt=planned.cache_salt,
+            priority=planned.priority,
         )
         return core, GenerationRequest(received=received, plan=planned.plan, submit=submit)
 

@@ -171,6 +171,7 @@ class SamplingBody(RoutedBody):
     stream: bool = False
     stream_options: StreamOptions | None = None
     cache_salt: str | None = None
+    priority: int = 0  # lower first, with --scheduling-policy priority (vLLM's field)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)

@@ -143,3 +143,34 @@ async def test_fail_all_delivers_the_error_to_every_pending_request() -> None:
             assert exc.message == "boom"
         else:
             raise AssertionError("the pending request should fail")
+
+
+async def test_under_priority_the_queue_admits_the_lowest_value_first() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    bus = EventBus(clock=trio.current_time)
+    seen: list[Envelope] = []
+    bus.subscribe(seen.append)
+    scheduler = Scheduler(
+        kv=KVCacheManager(num_blocks=runner.num_blocks, block_size=runner.block_size),
+        max_num_seqs=1,  # one at a time: the order of admission is the order of service
+        max_num_batched_tokens=64,
+        eos_token_ids=runner.eos_token_ids,
+        max_model_len=512,
+        by_priority=True,
+    )
+    batcher = Batcher(
+        runner, scheduler, publish=bus.publish, max_queued_requests=8, device=DeviceThread()
+    )
+    order = [("late-low", 9), ("urgent", -1), ("normal", 0), ("late-low-2", 9), ("normal-2", 0)]
+    outboxes = [Outbox() for _ in order]
+    for (rid, priority), outbox in zip(order, outboxes, strict=True):
+        params = SamplingParams(temperature=0.0, max_tokens=2)
+        submit = Submit(request_id=rid, prompt_ids=(5, 6), params=params, priority=priority)
+        batcher.submit_nowait(submit, outbox)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        for outbox in outboxes:
+            await drain(outbox)
+        nursery.cancel_scope.cancel()
+    scheduled = [e.event.request_id for e in seen if e.event.type == "request_scheduled"]
+    assert scheduled == ["urgent", "normal", "normal-2", "late-low", "late-low-2"]

@@ -175,3 +175,13 @@ async def test_render_gives_what_a_request_would_run_and_generates_nothing(
         tokenizer.encode("c"),
     ]
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
+async def test_priority_needs_the_priority_policy(tokenizer: Any) -> None:
+    (refused,) = await post_all(app(tokenizer), {"messages": TURN, "priority": 3})
+    (taken,) = await post_all(
+        app(tokenizer, scheduling_policy="priority"), {"messages": TURN, "priority": 3}
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
+    assert "--scheduling-policy priority" in refused.json()["error"]["message"]
+    assert taken.status_code == 200

@@ -72,3 +72,27 @@ def test_each_choice_is_its_own_sequence_with_its_own_seed() -> None:
     assert [q.seq_id for q in seqs] == ["a/0", "a/1", "a/2"]
     assert len({q.seed for q in seqs}) == 3
     assert not s.can_admit(2)
+
+
+def test_under_priority_the_lowest_value_is_served_first_and_the_highest_preempted() -> None:
+    def run(by_priority: bool) -> tuple[list[str], list[str]]:
+        """Two decoding sequences of 4-token prompts in 3 blocks of 4: one must yield."""
+        s = Scheduler(
+            kv=KVCacheManager(num_blocks=3, block_size=4),
+            max_num_seqs=4,
+            max_num_batched_tokens=64,
+            eos_token_ids=frozenset({EOS}),
+            max_model_len=64,
+            by_priority=by_priority,
+        )
+        params = SamplingParams(temperature=0.0, max_tokens=8)
+        s.add(Submit(request_id="old", prompt_ids=(1, 2, 3), params=params, priority=5))
+        s.add(Submit(request_id="new", prompt_ids=(4, 5, 6), params=params, priority=0))
+        first = s.schedule()
+        s.update(first, {c.seq_id: Sampled(token_id=7) for c in first.chunks})
+        s.update(s.schedule(), {"old/0": Sampled(token_id=7), "new/0": Sampled(token_id=7)})
+        crowded = s.schedule()  # both need a second block: only one is left
+        return [c.seq_id for c in first.chunks], [c.seq_id for c in crowded.chunks]
+
+    assert run(by_priority=False) == (["old/0", "new/0"], ["old/0"])  # the newest yields
+    assert run(by_priority=True) == (["new/0", "old/0"], ["new/0"])  # priority 5 yields

@@ -5,7 +5,8 @@ sequences by recompute when blocks run out), then prefilling sequences get
 what is left of the budget, oldest first; a prompt longer than the budget is
 prefilled over several steps (chunked prefill). Choices after the first of a
 request wait until the first has filled the prompt's blocks, then reuse them
-through the prefix cache.
+through the prefix cache. "Oldest" is arrival order, or with `by_priority` a
+request's priority first (lower first; the highest value is preempted first).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Sequence:
     num_computed: int = 0
     num_cached_tokens: int | None = None  # prefix-cache hit at first admission
     has_blocks: bool = False
+    priority: int = 0  # with by_priority, lower is served first and preempted last
 
     @property
     def num_output(self) -> int:
@@ -79,8 +81,10 @@ class Scheduler:
         max_num_batched_tokens: int,
         eos_token_ids: frozenset[int],
         max_model_len: int,
+        by_priority: bool = False,
     ) -> None:
         self.kv = kv
+        self.by_priority = by_priority
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
@@ -109,6 +113,7 @@ class Scheduler:
                 cache_salt=submit.cache_salt,
                 token_ids=list(prompt),
                 num_prompt_tokens=len(prompt),
+                priority=submit.priority,
             )
             for p_idx, prompt in enumerate(submit.prompts)
             for j in range(n)
@@ -133,7 +138,7 @@ class Scheduler:
         chunks = self._schedule_decodes()
         planned = {c.seq_id for c in chunks}
         budget = self.max_num_batched_tokens - len(chunks)
-        for seq in list(self._seqs.values()):
+        for seq in self._in_order():
             if budget <= 0:
                 break
             if seq.seq_id in planned or self._waits_for_sibling(seq):
@@ -148,7 +153,7 @@ class Scheduler:
 
     def _schedule_decodes(self) -> list[SeqChunk]:
         chunks: list[SeqChunk] = []
-        for seq in [s for s in self._seqs.values() if s.is_decoding]:
+        for seq in [s for s in self._in_order() if s.is_decoding]:
             if not seq.has_blocks:
                 continue  # preempted by an older sequence in this loop
             while not self.kv.allocate(seq.seq_id, len(seq.token_ids)):
@@ -192,8 +197,13 @@ class Scheduler:
         return first is not None and first.num_computed < first.num_prompt_tokens
 
     def _newest_with_blocks(self, *, skip: set[str] | frozenset[str] = frozenset()) -> Sequence:
-        candidates = (s for s in reversed(self._seqs.values()) if s.has_blocks)
+        candidates = (s for s in reversed(self._in_order()) if s.has_blocks)
         return next(s for s in candidates if s.seq_id not in skip)
+
+    def _in_order(self) -> list[Sequence]:
+        """Who is served first: arrival order, or priority then arrival (a stable sort)."""
+        seqs = list(self._seqs.values())
+        return sorted(seqs, key=lambda s: s.priority) if self.by_priority else seqs
 
     def _preempt(self, seq: Sequence) -> None:
         """Free the sequence's blocks; it recomputes prompt and output later."""
