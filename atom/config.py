@@ -30,6 +30,7 @@ class Settings:
     model_impl: str = "auto"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    reasoning_budget: int | None = None  # reasoning tokens a chat answer may spend by default
     default_chat_template_kwargs: str | None = None  # a JSON object
     exclude_tools_when_tool_choice_none: bool = False
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
@@ -108,6 +109,7 @@ HELP = {
     "model_impl": "forward implementation: auto, atom or transformers",
     "tool_call_parser": "tool-call parser name (docs/parsers.md)",
     "reasoning_parser": "reasoning parser name (docs/parsers.md)",
+    "reasoning_budget": "default thinking_token_budget: reasoning tokens before the end is forced",
     "default_chat_template_kwargs": "JSON object of chat-template variables",
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "trust_request_chat_template": "accept a chat_template (Jinja) in a request",

@@ -27,6 +27,17 @@ class Endpoint(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningBudget:
+    """At most `max_tokens` tokens of reasoning: then the sampler forces `end_ids` (the
+    reasoning parser's end marker), one a step, and the answer follows. The output is
+    in the reasoning when it starts with `start_ids` (empty: the prompt opened it)."""
+
+    max_tokens: int
+    start_ids: tuple[int, ...]
+    end_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """Effective sampling settings of one request (defaults already applied)."""
 
@@ -53,6 +64,7 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True
     grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
     grammar_after: tuple[int, ...] = ()  # the grammar starts after these tokens (reasoning end)
+    reasoning_budget: ReasoningBudget | None = None  # thinking_token_budget
 
     @property
     def is_greedy(self) -> bool:
@@ -67,6 +79,7 @@ class SamplingParams:
             or self.repetition_penalty != 1.0
             or self.bad_words
             or (self.grammar is not None and bool(self.grammar_after))
+            or self.reasoning_budget is not None
         )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.schemas import SamplingBody
-from atom.plan import RequestPlan, ResponseShape
+from atom.plan import ReasoningBudget, RequestPlan, ResponseShape
 from atom.text.parsers import opens_reasoning, reasoning_format
 
 
@@ -72,6 +72,31 @@ def reasoning_end_ids(
         return ()
     marker = reasoning_format(reasoning_parser, template_kwargs).end_marker
     return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()
+
+
+def reasoning_budget(
+    tokenizer: Any,
+    reasoning_parser: str | None,
+    limit: int | None,
+    template_kwargs: dict[str, Any],
+    starts_open: bool,
+) -> ReasoningBudget | None:
+    """The thinking budget (`thinking_token_budget`, else `--reasoning-budget`) as token
+    ids the sampler can force; None without a limit or with thinking switched off."""
+    if limit is None:
+        return None
+    if not reasoning_parser:
+        raise InvalidRequest(
+            "thinking_token_budget needs --reasoning-parser", param="thinking_token_budget"
+        )
+    fmt = reasoning_format(reasoning_parser, template_kwargs, starts_open=starts_open)
+    if not fmt.end_marker:
+        return None
+    start = (
+        () if starts_open else tuple(tokenizer.encode(fmt.start_marker, add_special_tokens=False))
+    )
+    end = tuple(tokenizer.encode(fmt.end_marker, add_special_tokens=False))
+    return ReasoningBudget(max_tokens=limit, start_ids=start, end_ids=end)
 
 
 def reasoning_opened(

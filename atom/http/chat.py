@@ -19,6 +19,7 @@ from atom.http.adapter import (
     Planned,
     check_shape,
     planned,
+    reasoning_budget,
     reasoning_end_ids,
     reasoning_opened,
 )
@@ -26,7 +27,7 @@ from atom.http.prompts import check_prompt_size, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
 from atom.http.structured import constraint_of
-from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan, ToolPlan
+from atom.plan import Endpoint, RequestPlan, ResponseShape, SamplingParams, TextPlan, ToolPlan
 from atom.text import constraints
 from atom.text.parsers import reasoning_format, tool_format
 from atom.text.prompt import TemplateControls, render_chat
@@ -50,6 +51,8 @@ def check_parser_names(settings: Settings) -> None:
         tool_format(settings.tool_call_parser)
     if settings.reasoning_parser:
         reasoning_format(settings.reasoning_parser)
+    elif settings.reasoning_budget is not None:
+        raise ValueError("--reasoning-budget needs --reasoning-parser")
     default_template_kwargs(settings)
 
 
@@ -89,32 +92,54 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         prompt_logprobs=body.prompt_logprobs,
     )
-    after: tuple[int, ...] = ()
-    if constraint:
-        after = reasoning_end_ids(core.tokenizer, settings.reasoning_parser, tools.template_kwargs)
-    params = sampling_params(
-        core.tokenizer, core.max_model_len, body, asked, grammar=constraint, grammar_after=after
+    starts_open = reasoning_opened(
+        core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt.ids
     )
-    text = _text_plan(settings, core, body, tools, prompt.ids)
+    params = _params(settings, core, body, asked, tools, constraint, starts_open)
+    text = _text_plan(settings, body, tools, starts_open)
     request_plan = RequestPlan(shape=shape, text=text, params=params)
     return planned(settings, body, request_plan, (prompt.ids,))
 
 
-def _text_plan(
+def _params(
     settings: Settings,
     core: EngineCore,
     body: ChatCompletionRequest,
+    asked: Asked,
     tools: _Tools,
-    prompt_ids: tuple[int, ...],
+    constraint: str | None,
+    starts_open: bool,
+) -> SamplingParams:
+    """The sampling settings, with what the reasoning parser adds: a constraint starts
+    after the reasoning, and a thinking budget forces its end."""
+    tokenizer, kwargs, parser = core.tokenizer, tools.template_kwargs, settings.reasoning_parser
+    after = reasoning_end_ids(tokenizer, parser, kwargs) if constraint else ()
+    limit = (
+        settings.reasoning_budget
+        if body.thinking_token_budget is None
+        else body.thinking_token_budget
+    )
+    budget = reasoning_budget(tokenizer, parser, limit, kwargs, starts_open)
+    return sampling_params(
+        tokenizer,
+        core.max_model_len,
+        body,
+        asked,
+        grammar=constraint,
+        grammar_after=after,
+        reasoning_budget=budget,
+    )
+
+
+def _text_plan(
+    settings: Settings, body: ChatCompletionRequest, tools: _Tools, starts_open: bool
 ) -> TextPlan:
     """What the choices' text pipelines run: parsers, template kwargs, reporting."""
     return TextPlan(
         tools=tools.plan,
         reasoning_parser=settings.reasoning_parser,
         template_kwargs=tools.template_kwargs,
-        reasoning_starts_open=reasoning_opened(
-            core.tokenizer, settings.reasoning_parser, tools.template_kwargs, prompt_ids
-        ),
+        reasoning_starts_open=starts_open,
         report_prompt_logprobs=body.prompt_logprobs is not None,
         include_reasoning=body.include_reasoning,
         tokens_as_ids=body.return_tokens_as_token_ids,

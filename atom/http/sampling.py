@@ -12,6 +12,7 @@ from typing import Any
 from atom.errors import ContextTooLong, InvalidRequest
 from atom.events import SamplingParams
 from atom.http.schemas import SamplingBody
+from atom.plan import ReasoningBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +34,7 @@ def sampling_params(
     *,
     grammar: str | None = None,
     grammar_after: tuple[int, ...] = (),
+    reasoning_budget: ReasoningBudget | None = None,
 ) -> SamplingParams:
     """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
     max_tokens = _max_tokens(asked, max_model_len)
@@ -66,6 +68,7 @@ def sampling_params(
         spaces_between_special_tokens=body.spaces_between_special_tokens,
         grammar=grammar,
         grammar_after=grammar_after,
+        reasoning_budget=reasoning_budget,
     )
 
 

@@ -209,6 +209,7 @@ class ChatCompletionRequest(SamplingBody):
     # Reasoning: the template's `reasoning_effort`; whether the answer carries reasoning.
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     include_reasoning: bool = True
+    thinking_token_budget: int | None = Field(default=None, ge=0)  # then the end is forced
     # Template controls (vLLM's): docs/user-guide.md.
     add_generation_prompt: bool = True
     continue_final_message: bool = False

@@ -1,5 +1,6 @@
 """The real chat model's state changed while it serves (one server for the module):
-a profile of its steps, new weights from disk, a level-2 sleep and the wake-up."""
+a profile of its steps, new weights from disk, a level-2 sleep and the wake-up; and,
+since this server runs a reasoning parser, a thinking budget the sampler enforces."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, P
         "ATOM_MODEL": "SmolLM2-135M-Instruct",
         "ATOM_ENABLE_ADMIN_ROUTES": "true",
         "ATOM_PROFILE_DIR": str(root / "traces"),
+        "ATOM_REASONING_PARSER": "qwen3",  # SmolLM2 writes no <think>: its answers stay content
     }
     with running_server(root / "requests.jsonl", **env) as server:
         yield server, root
@@ -122,3 +124,29 @@ def test_a_level_2_sleep_frees_the_model_and_the_wake_up_reloads_it(
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_asleep"
     assert woke.json() == {"is_sleeping": False}
     assert answer(server) == before
+
+
+def test_a_thinking_budget_forces_the_end_of_the_reasoning_and_the_answer_follows(
+    served: tuple[Server, Path],
+) -> None:
+    server, _ = served
+    prefilled = [*CHAT["messages"], {"role": "assistant", "content": "<think>"}]  # type: ignore[misc]
+    body = {
+        **CHAT,
+        "messages": prefilled,
+        "add_generation_prompt": False,
+        "continue_final_message": True,  # the prompt now ends inside an open <think>
+        "max_tokens": 40,
+        "ignore_eos": True,
+    }
+    free = server.chat(body)
+    budgeted = server.chat({**body, "thinking_token_budget": 5})
+    free_message, message = free["choices"][0]["message"], budgeted["choices"][0]["message"]
+    assert free_message["content"] == ""  # left alone, 40 tokens of reasoning, no answer
+    marker = httpx.post(
+        f"{server.url}/tokenize", json={"prompt": "</think>", "add_special_tokens": False}
+    ).json()["tokens"]
+    # Five tokens of reasoning, the forced marker, and the one the parser needs to see it end.
+    assert budgeted["usage"]["completion_tokens_details"]["reasoning_tokens"] <= 5 + len(marker) + 1
+    assert message["reasoning_content"] and message["content"]  # ended, then answered
+    assert free_message["reasoning_content"].startswith(message["reasoning_content"].strip()[:10])

@@ -9,6 +9,7 @@ import torch
 from atom.events import SamplingParams
 from atom.model.sampling.logits import RowContext, banned_ids, process
 from atom.model.sampling.sampler import candidates, gumbel_max, sample, truncate_sorted
+from atom.plan import ReasoningBudget
 
 
 def gens(n: int, seed: int = 0) -> list[torch.Generator]:
@@ -142,3 +143,27 @@ def test_a_rounding_sized_change_of_the_logits_almost_never_changes_the_draw() -
     nudged = logits + torch.randn(1000, 16384, generator=gen) * 1e-5
     before, after = gumbel_max(logits, _generators(1000)), gumbel_max(nudged, _generators(1000))
     assert sum(a != b for a, b in zip(before, after, strict=True)) <= 1
+
+
+def test_a_spent_reasoning_budget_forces_the_end_marker_then_lets_go() -> None:
+    budget = ReasoningBudget(max_tokens=3, start_ids=(50,), end_ids=(60, 61))
+    params = SamplingParams(temperature=1.0, reasoning_budget=budget)
+
+    def forced(output: tuple[int, ...]) -> list[int]:
+        """The tokens the processed row still allows after `output`."""
+        row = process(torch.zeros(1, 100), [RowContext(params=params, output_ids=output)])
+        return torch.isfinite(row[0]).nonzero().flatten().tolist()
+
+    everything = list(range(100))
+    assert forced((50, 1, 2)) == everything  # two reasoning tokens: within the budget
+    assert forced((50, 1, 2, 3)) == [60]  # three spent: the marker begins
+    assert forced((50, 1, 2, 3, 60)) == [61]  # and is finished
+    assert forced((50, 1, 2, 3, 60, 61)) == everything  # the answer follows freely
+    assert forced((50, 1, 2, 60)) == [61]  # a marker the model began is completed
+    assert forced((50, 60, 61, 4, 5, 6)) == everything  # it ended its reasoning itself
+    assert forced((7, 1, 2, 3, 4)) == everything  # no reasoning block was opened
+    opened = SamplingParams(
+        reasoning_budget=ReasoningBudget(max_tokens=2, start_ids=(), end_ids=(60,))
+    )
+    row = process(torch.zeros(1, 100), [RowContext(params=opened, output_ids=(1, 2))])
+    assert torch.isfinite(row[0]).nonzero().flatten().tolist() == [60]  # the prompt opened it

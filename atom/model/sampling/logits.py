@@ -41,7 +41,32 @@ def process(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
             allowed = list(r.params.allowed_token_ids)
             keep[allowed] = out[row, allowed]
             out[row] = keep
+        forced = reasoning_end_token(r)
+        if forced is not None:  # the budget is spent: only the end marker's next token
+            out[row] = float("-inf")
+            out[row, forced] = 0.0
     return out
+
+
+def reasoning_end_token(ctx: RowContext) -> int | None:
+    """The token the reasoning budget forces now, if any: once the output has spent
+    `max_tokens` inside the reasoning without its end marker, the marker's tokens one
+    after the other (continuing a marker the model began itself)."""
+    budget = ctx.params.reasoning_budget
+    if budget is None or not budget.end_ids:
+        return None
+    start, end = budget.start_ids, budget.end_ids
+    if ctx.output_ids[: len(start)] != start:
+        return None  # the output did not open a reasoning block
+    body = ctx.output_ids[len(start) :]
+    if len(body) < budget.max_tokens or _contains(body, end):
+        return None
+    done = next(k for k in range(len(end) - 1, -1, -1) if k == 0 or body[-k:] == end[:k])
+    return end[done]
+
+
+def _contains(ids: tuple[int, ...], part: tuple[int, ...]) -> bool:
+    return any(ids[i : i + len(part)] == part for i in range(len(ids) - len(part) + 1))
 
 
 def counts_of(ids: Sequence[tuple[int, ...]], vocab: int, device: torch.device) -> torch.Tensor:
