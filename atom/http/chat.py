@@ -29,7 +29,7 @@ from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
 from atom.http.structured import constraint_of
 from atom.plan import Endpoint, RequestPlan, ResponseShape, SamplingParams, TextPlan, ToolPlan
 from atom.text import constraints
-from atom.text.parsers import reasoning_format, tool_format
+from atom.text.parsers import SPECIAL_TOKEN_PARSERS, reasoning_format, tool_format
 from atom.text.prompt import TemplateControls, render_chat
 
 ID_PREFIX = "chatcmpl-"
@@ -120,6 +120,7 @@ def _params(
         else body.thinking_token_budget
     )
     budget = reasoning_budget(tokenizer, parser, limit, kwargs, starts_open)
+    tool_parser = tools.plan.parser if tools.plan else None
     return sampling_params(
         tokenizer,
         core.max_model_len,
@@ -128,6 +129,7 @@ def _params(
         grammar=constraint,
         grammar_after=after,
         reasoning_budget=budget,
+        keep_special_tokens=bool({parser, tool_parser} & SPECIAL_TOKEN_PARSERS),
     )
 
 

@@ -35,6 +35,7 @@ def sampling_params(
     grammar: str | None = None,
     grammar_after: tuple[int, ...] = (),
     reasoning_budget: ReasoningBudget | None = None,
+    keep_special_tokens: bool = False,
 ) -> SamplingParams:
     """Raises ContextTooLong or InvalidRequest (naming the field) on a bad combination."""
     max_tokens = _max_tokens(asked, max_model_len)
@@ -64,7 +65,7 @@ def sampling_params(
         logprobs=asked.logprobs,
         prompt_logprobs=asked.prompt_logprobs,
         include_stop_str_in_output=body.include_stop_str_in_output,
-        skip_special_tokens=body.skip_special_tokens,
+        skip_special_tokens=body.skip_special_tokens and not keep_special_tokens,
         spaces_between_special_tokens=body.spaces_between_special_tokens,
         grammar=grammar,
         grammar_after=grammar_after,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from atom.plan import TextPlan
+from atom.text.harmony import HarmonyReasoning, HarmonyTools
 from atom.text.reasoning.base import Granite, ReasoningFormat, ThinkTags
 from atom.text.tools.base import ToolFormat, limited
 from atom.text.tools.forced import CallList, NamedCall
@@ -29,7 +30,11 @@ TOOL_PARSERS: dict[str, Callable[[ToolSchemas], ToolFormat]] = {
     "deepseek_v3": lambda tools: deepseek_v3(),
     "kimi_k2": lambda tools: kimi_k2(),
     "granite": lambda tools: Prefixed(("<|tool_call|>", "<tool_call>")),
+    "openai": lambda tools: HarmonyTools(),
+    "gpt_oss": lambda tools: HarmonyTools(),
 }
+# Parsers that read special tokens (harmony's markers): the text keeps them.
+SPECIAL_TOKEN_PARSERS = frozenset({"openai", "gpt_oss"})
 
 REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any], bool], ReasoningFormat]] = {
     "deepseek_r1": lambda kwargs, starts_open: ThinkTags(
@@ -39,6 +44,8 @@ REASONING_PARSERS: dict[str, Callable[[Mapping[str, Any], bool], ReasoningFormat
         enabled=thinking_on(kwargs, "enable_thinking"), starts_open=starts_open
     ),
     "granite": lambda kwargs, starts_open: Granite(),
+    "openai": lambda kwargs, starts_open: HarmonyReasoning(),
+    "gpt_oss": lambda kwargs, starts_open: HarmonyReasoning(),
 }
 
 

@@ -18,7 +18,11 @@ CASES = [
     ("granite", "Here is my thought process: a b Here is my response: c", " a b ", " c"),
     ("granite", "Just an answer.", "", "Just an answer."),
     ("granite", "Here's my thought process: a Here's my response: b", " a ", " b"),
-]
+    ("openai", "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final"
+     "<|message|>Hi", "think", "<|start|>assistant<|channel|>final<|message|>Hi"),
+    ("gpt_oss", "<|channel|>final<|message|>no reasoning", "",
+     "<|channel|>final<|message|>no reasoning"),
+]  # fmt: skip
 
 
 def streamed(

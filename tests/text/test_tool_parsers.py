@@ -65,6 +65,15 @@ CASES: list[tuple[str, str, str, list[tuple[str, object]]]] = [
      "</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
      "</function>\n</tool_call>", "I'll look.\n",
      [("get_weather", {"city": "New York", "days": 3, "metric": True})]),
+    ("openai", "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>"
+     'commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}', "",
+     [("get_weather", {"city": "Oslo"})]),  # <|call|> is a stop token: it never reaches the text
+    ("gpt_oss", "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}", "",
+     [("f", {})]),  # the recipient before the channel
+    ("openai", "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final"
+     "<|message|>Paris.", "Paris.", []),
+    ("openai", "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant<|channel|>"
+     'commentary to=functions.f<|message|>{"a": 1}', "Checking now.", [("f", {"a": 1})]),
 ]  # fmt: skip
 
 
@@ -233,7 +242,8 @@ FRAGMENTS = [
     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "functions.f:0",
     '{"name": "f", "arguments": {"a": 1}}', '{"name": "f\\q", ', '"\\u12"', '"parameters": ',
     "[f(a=1)]", "[f(a={1, 2})]", "b'x'", "1j", "{", "}", "[", "]", '"', ",", ";", ":", "\\",
-    " ", "\n", "x", "```json\n", "```",
+    " ", "\n", "x", "```json\n", "```", "<|channel|>", "<|message|>", "<|end|>", "<|start|>",
+    "assistant", "analysis", "final", "commentary to=functions.f", "<|constrain|>json",
 ]  # fmt: skip
 
 
