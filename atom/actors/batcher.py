@@ -124,7 +124,7 @@ class Batcher:
         if self._is_closed:
             raise EngineFailed("the engine is not running")
         if self.sleep_level and self._reject_while_asleep:
-            raise ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
+            raise self._asleep()
         if len(self._queue) >= self._max_queued:
             raise Overloaded("the server is overloaded; retry later")
         self._queue.append(_Queued(submit, outbox, trio.current_time()))
@@ -166,9 +166,8 @@ class Batcher:
             return
         self.sleep_level = level
         if self._reject_while_asleep:
-            refused = ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
             while self._queue:
-                self._refuse(self._queue.popleft(), refused)
+                self._refuse(self._queue.popleft(), self._asleep())
 
         async def fall_asleep() -> None:
             if self.sleep_level:  # no wake-up came first
@@ -191,6 +190,9 @@ class Batcher:
 
         if self.sleep_level:
             await self._at_boundary(wake)
+
+    def _asleep(self) -> ModelAsleep:
+        return ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
 
     async def _at_boundary(
         self, run: Callable[[], Awaitable[None]], when_idle: bool = False

@@ -165,6 +165,7 @@ class Models:
         if name not in self.cores:
             raise ModelNotFound(f"the model `{name}` is not loaded", param="model")
         spec = self.specs.pop(name)
+        self._sources.pop(name, None)  # a model loaded later under this name starts afresh
         actor, scope = self._actors[name]
         with trio.move_on_after(UNLOAD_DRAIN_S):
             while not actor.is_idle:
