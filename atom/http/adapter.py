@@ -95,7 +95,7 @@ def reasoning_budget(
     start = (
         () if starts_open else tuple(tokenizer.encode(fmt.start_marker, add_special_tokens=False))
     )
-    end = tuple(tokenizer.encode(fmt.end_marker, add_special_tokens=False))
+    end = reasoning_end_ids(tokenizer, reasoning_parser, template_kwargs)
     return ReasoningBudget(max_tokens=limit, start_ids=start, end_ids=end)
 
 
