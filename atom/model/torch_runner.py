@@ -25,7 +25,7 @@ from atom.model.sampling.sampler import prompt_logprobs, sample
 
 
 def _trace_range(name: str) -> AbstractContextManager[object]:
-    """A named range in the trace while POST /start_profile runs (0.2 µs otherwise)."""
+    """A named range in the trace while POST /start_profile runs (under 1 µs otherwise)."""
     return record_function(name) if torch.autograd._profiler_enabled() else nullcontext()
 
 
