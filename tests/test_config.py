@@ -109,3 +109,13 @@ def test_a_models_file_lists_models_in_yaml_or_json(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("models: {not: a list}\n")
     with pytest.raises(ValueError, match="list of models"):
         served_models(Settings(model=(str(tmp_path / "bad.yaml"),)))
+
+
+def test_every_setting_is_documented_with_its_flag_and_variable() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    missing = [
+        f.name
+        for f in fields(Settings)
+        if f"--{f.name.replace('_', '-')}" not in doc or f"ATOM_{f.name.upper()}" not in doc
+    ]
+    assert missing == []
