@@ -218,6 +218,9 @@ class Engine:
                 await self.models.run(device)  # until every model's actor stopped
                 if self.is_draining:
                     await self._drained.wait()  # the failed requests' last events first
+                elif self._open:  # a fatal stop: the logger writes their ends too
+                    with trio.move_on_after(5):
+                        await self._none_open.wait()
             finally:
                 device.close()
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued

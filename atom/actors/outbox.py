@@ -23,7 +23,11 @@ class Outbox:
         self._arrived.set()
 
     def close(self, error: AtomError | None = None) -> None:
-        """Batcher side: the request is released; `error` fails the request instead."""
+        """Batcher side: the request is released; `error` fails the request instead. The
+        first close decides: a later one (a dying actor failing everything again) does
+        not change how the request ends."""
+        if self.is_closed:
+            return
         self.is_closed = True
         self._error = error
         self._arrived.set()

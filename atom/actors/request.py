@@ -27,6 +27,7 @@ from atom.actors.outbox import Outbox
 from atom.errors import AtomError, EngineFailed
 from atom.events import (
     Abort,
+    ChoiceFinished,
     ClientDisconnected,
     Event,
     KeepAliveSent,
@@ -174,6 +175,7 @@ class RequestActor:
         # A background stream's output goes to its tap, which counts events: no pings.
         pings = shape.stream and not shape.request_fields.get("background")
         interval = self._core.sse_ping_interval_s if pings else 0.0
+        num_finished = 0
         async with inbox:
             while True:
                 with trio.move_on_after(interval or math.inf) as idle:
@@ -183,7 +185,12 @@ class RequestActor:
                         break
                 if idle.cancelled_caught:
                     event = KeepAliveSent(request_id=self.request_id)
+                num_finished += isinstance(event, ChoiceFinished)
                 await self._emit(event)
+        if num_finished < self._request.submit.total_choices:
+            # A choice stream ended without finishing its choice (it failed): the request
+            # ends by that failure, never as complete.
+            raise EngineFailed("internal error while serving the request")
         await self._emit(self._usage.completed(self._core.clock()))
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:

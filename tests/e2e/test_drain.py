@@ -22,6 +22,7 @@ from atom.request_log import read_log
 from tests.e2e.conftest import free_port
 
 pytestmark = pytest.mark.slow
+FAULTY_APP = "tests.e2e.faulty_app:app"  # its model step hangs or raises on a flag file
 
 
 @contextmanager
@@ -147,8 +148,8 @@ def test_a_hung_model_step_fails_every_waiting_request_and_the_process_exits_1(
     tmp_path: Path,
 ) -> None:
     flag = tmp_path / "hang"
-    app, env = "tests.e2e.hanging_app:app", {"ATOM_WATCHDOG_TIMEOUT": "3", "HANG_FLAG": str(flag)}
-    with server_process(tmp_path / "log.jsonl", app, **env) as (proc, url):
+    env = {"ATOM_WATCHDOG_TIMEOUT": "3", "FAULT_FLAG": str(flag), "FAULT": "hang"}
+    with server_process(tmp_path / "log.jsonl", FAULTY_APP, **env) as (proc, url):
         ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         fine = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=60)
         flag.touch()  # the next step never returns
@@ -159,3 +160,26 @@ def test_a_hung_model_step_fails_every_waiting_request_and_the_process_exits_1(
     assert fine.status_code == 200
     assert hung.status_code == 500 and "model step ran for more than 3 s" in hung.text
     assert "model step ran for more than 3 s" in stream.frames[-2]["error"]["message"]
+
+
+def test_a_runner_fault_under_concurrent_streams_fails_each_and_exits_1_within_seconds(
+    tmp_path: Path,
+) -> None:
+    flag = tmp_path / "raise"
+    log_path = tmp_path / "log.jsonl"
+    env = {"FAULT_FLAG": str(flag), "FAULT": "raise"}
+    with server_process(log_path, FAULTY_APP, **env) as (proc, url):
+        streams = start_streams(url, 3, max_tokens=400)
+        flag.touch()  # the next step raises
+        for stream in streams:
+            stream.join(timeout=60)
+        began = time.monotonic()
+        assert proc.wait(timeout=30) == 1
+        assert time.monotonic() - began < 10
+    for stream in streams:
+        assert stream.frames[-1] == "[DONE]"
+        assert stream.frames[-2]["error"]["code"] == "engine_failed"
+        assert "the engine failed" in stream.frames[-2]["error"]["message"]
+    failed = [e.event for e in read_log(log_path) if e.event.type == "request_failed"]
+    assert len(failed) == 3  # every in-flight request's end is in the log
+    assert {f.message for f in failed} == {"the engine failed; the server is shutting down"}

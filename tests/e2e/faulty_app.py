@@ -1,6 +1,7 @@
-"""`hypercorn -k trio -w 0 tests.e2e.hanging_app:app`: the server of `atom.http:app`,
-whose generation model's step blocks for good once the file named by `HANG_FLAG`
-exists — a kernel that never returns, for the watchdog's subprocess test."""
+"""`hypercorn -k trio -w 0 tests.e2e.faulty_app:app`: the server of `atom.http:app`
+whose generation model's step goes wrong once the file named by `FAULT_FLAG` exists:
+with `FAULT=hang` it blocks for good (a kernel that never returns, for the watchdog),
+with `FAULT=raise` it raises (a runner bug) — for the subprocess fault tests."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from atom.model.catalog import ModelSpec
 from atom.model.runner import Runner, Runtime, Sampled, StepPlan
 
 
-class Hanging:
-    """A runner whose `step` never returns while the flag file exists."""
+class Faulty:
+    """A runner whose `step` hangs or raises while the flag file exists."""
 
-    def __init__(self, runner: Runner, flag: str) -> None:
-        self._runner, self._flag = runner, flag
+    def __init__(self, runner: Runner, flag: str, fault: str) -> None:
+        self._runner, self._flag, self._fault = runner, flag, fault
 
     def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
         if os.path.exists(self._flag):
+            if self._fault == "raise":
+                raise RuntimeError("an injected runner fault")
             threading.Event().wait()  # forever
         return self._runner.step(plan)
 
@@ -37,12 +40,12 @@ class Hanging:
 def load(settings: Settings, spec: ModelSpec) -> Loaded:
     loaded = load_served(settings, spec)
     if isinstance(loaded, Runtime):
-        hanging = Hanging(loaded.runner, os.environ["HANG_FLAG"])
-        return dataclasses.replace(loaded, runner=hanging)  # type: ignore[arg-type]
+        faulty = Faulty(loaded.runner, os.environ["FAULT_FLAG"], os.environ.get("FAULT", "hang"))
+        return dataclasses.replace(loaded, runner=faulty)  # type: ignore[arg-type]
     return loaded
 
 
-class HangingApp:
+class FaultyApp:
     def __init__(self) -> None:
         self._app: Any = None
 
@@ -54,4 +57,4 @@ class HangingApp:
         await self._app(scope, receive, send)
 
 
-app = HangingApp()
+app = FaultyApp()
