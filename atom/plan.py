@@ -105,6 +105,10 @@ class ResponseShape:
         """Choices generated: choice `p * best_of + j` is the j-th of prompt p."""
         return self.num_prompts * self.best_of
 
+    def prompt_index(self, choice_idx: int) -> int:
+        """Which prompt a choice continues."""
+        return choice_idx // self.best_of
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolPlan:

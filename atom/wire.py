@@ -110,8 +110,8 @@ class StreamRenderer:
             return b"".join(self._chunk(i, role, None) for i in range(event.num_choices))
         if isinstance(event, TextDelta):
             delta = {"content": event.text} if self._is_chat else event.text
-            ids = {"token_ids": list(event.token_ids)} if self._shape.return_token_ids else {}
-            return self._chunk(event.choice_idx, delta, None, self._delta_logprobs(event), ids)
+            logprobs = self._delta_logprobs(event)
+            return self._chunk(event.choice_idx, delta, None, logprobs, event.token_ids)
         if isinstance(event, ReasoningDelta | ToolCallStarted | ToolArgumentsDelta):
             return self._chunk(event.choice_idx, parsed_delta(event), None)
         if isinstance(event, ChoiceFinished):
@@ -138,11 +138,12 @@ class StreamRenderer:
         delta: Any,
         finish_reason: str | None,
         logprobs: Any = None,
-        token_ids: dict[str, Any] | None = None,
+        token_ids: tuple[int, ...] | None = None,  # a content chunk's, with return_token_ids
     ) -> bytes:
         key = "delta" if self._is_chat else "text"
         choice = {"index": idx, key: delta, "logprobs": logprobs, "finish_reason": finish_reason}
-        choice.update(token_ids or {})
+        if self._shape.return_token_ids and token_ids is not None:
+            choice["token_ids"] = list(token_ids)
         if self._shape.return_token_ids and idx not in self._prompt_ids_sent:
             self._prompt_ids_sent.add(idx)  # with the choice's first chunk, as vLLM
             choice["prompt_token_ids"] = list(prompt_of(self._prompts, self._shape, idx))
@@ -315,8 +316,8 @@ def _message(choice: _Choice, text: str) -> dict[str, Any]:
 def prompt_of(
     prompts: tuple[tuple[int, ...], ...], shape: ResponseShape, choice_idx: int
 ) -> tuple[int, ...]:
-    """The prompt token ids of a choice (choice `p * best_of + j` is prompt p's)."""
-    idx = choice_idx // shape.best_of
+    """The prompt token ids of a choice."""
+    idx = shape.prompt_index(choice_idx)
     return prompts[idx] if idx < len(prompts) else ()
 
 

@@ -63,7 +63,7 @@ def pipeline_for(
     """The pipeline of choice `choice_idx`, as the plan says: the live request actor and
     `atom replay` both build it here (a parser swap is a plan with other parsers)."""
     text = plan.text
-    prompt_idx = choice_idx // plan.shape.best_of
+    prompt_idx = plan.shape.prompt_index(choice_idx)
     tool_format, reasoning_format = plan_formats(text)
     setup = ChoiceSetup(
         request_id=request_id,
