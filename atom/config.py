@@ -41,6 +41,7 @@ class Settings:
     max_n: int = 16
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
     sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
+    stream_stall_timeout: float = 60.0  # a response the client stops reading is aborted (0: off)
     watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
     while_asleep: str = "reject"  # after POST /sleep: "reject" (503) or "wait" (queued)
     profile_dir: str | None = None  # POST /start_profile writes traces here (else 404)
@@ -135,6 +136,8 @@ HELP = {
     "max_n": "largest n accepted",
     "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
     "sse_ping_interval": "seconds an idle stream waits before a keep-alive comment (0: off)",
+    "stream_stall_timeout": "seconds a response may wait on a client that stops reading; "
+    "then the request is aborted (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
     "request_log": "JSONL event log path (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",

@@ -261,26 +261,7 @@ class Models:
         """The model's actor, its core registered for the routes."""
         assert self._device is not None
         if isinstance(loaded, PoolingRuntime):
-            pooler = Pooler(
-                loaded.runner,
-                device=self._device,
-                max_num_batched_tokens=self.settings.max_num_batched_tokens,
-                max_queued_requests=self.settings.max_queued_requests,
-            )
-            self.cores[spec.name] = PoolingCore(
-                name=spec.name,
-                kind=loaded.kind,
-                bus=self._bus,
-                pooler=pooler,
-                tokenizer=loaded.tokenizer,
-                clock=self._clock,
-                max_model_len=loaded.max_model_len,
-                num_dimensions=loaded.num_dimensions,
-                labels=loaded.labels,
-                is_matryoshka=loaded.is_matryoshka,
-                description=loaded.description,
-            )
-            return pooler
+            return self._pooler(spec, loaded, self._device)
         batcher = self._batcher(spec.name, loaded, self._device)
         self.cores[spec.name] = EngineCore(
             name=spec.name,
@@ -295,8 +276,31 @@ class Models:
             responses=self._responses,
             description=loaded.description,
             sse_ping_interval_s=self.settings.sse_ping_interval,
+            stream_stall_timeout_s=self.settings.stream_stall_timeout,
         )
         return batcher
+
+    def _pooler(self, spec: ModelSpec, loaded: PoolingRuntime, device: DeviceThread) -> Pooler:
+        pooler = Pooler(
+            loaded.runner,
+            device=device,
+            max_num_batched_tokens=self.settings.max_num_batched_tokens,
+            max_queued_requests=self.settings.max_queued_requests,
+        )
+        self.cores[spec.name] = PoolingCore(
+            name=spec.name,
+            kind=loaded.kind,
+            bus=self._bus,
+            pooler=pooler,
+            tokenizer=loaded.tokenizer,
+            clock=self._clock,
+            max_model_len=loaded.max_model_len,
+            num_dimensions=loaded.num_dimensions,
+            labels=loaded.labels,
+            is_matryoshka=loaded.is_matryoshka,
+            description=loaded.description,
+        )
+        return pooler
 
     def _batcher(self, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
         """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""

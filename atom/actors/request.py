@@ -227,10 +227,19 @@ class RequestActor:
         if self._usage is not None:
             self._usage.apply(envelope)
         output = self._renderer.feed(event)
-        if output is not None:
-            if output.is_final:
-                self._is_done = True  # an http.disconnect from now on is the connection closing
+        if output is None:
+            return
+        if output.is_final:
+            self._is_done = True  # an http.disconnect from now on is the connection closing
+        # A send waits while the socket's buffers are full: a client that stopped reading
+        # would hold the request (and what the Batcher keeps producing for it) for ever.
+        with trio.move_on_after(self._core.stream_stall_timeout_s or math.inf) as stall:
             await self._respond(output)
+        if stall.cancelled_caught:
+            log.warning("stream_stalled", timeout_s=self._core.stream_stall_timeout_s)
+            if not output.is_final:  # (a final one: the request has completed; it just ends)
+                self.cancel("stream_stalled")
+                await trio.lowlevel.checkpoint()  # the actor's scope ends the request here
 
 
 def failed_event(request_id: str, error: AtomError) -> RequestFailed:

@@ -4,8 +4,11 @@ body also gets its Content-Length (HTTP/1.0 clients need it)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from typing import Any
+
+import trio
 
 from atom.wire import Output
 
@@ -32,6 +35,26 @@ class AsgiResponder:
         await self._send(
             {"type": "http.response.body", "body": output.body, "more_body": not output.is_final}
         )
+
+
+@asynccontextmanager
+async def open_responder(send: ASGISend) -> AsyncIterator[Callable[[Output], Awaitable[None]]]:
+    """A `respond` whose sends run in a task of their own, one at a time: it returns once
+    that task has taken the Output, so it waits while the previous one is still being
+    written. Hypercorn shields a socket write from cancellation, so a caller that gives up
+    on a client that stopped reading (`--stream-stall-timeout`) must not be the one
+    writing; leaving waits for the last write, which ends when the client reads or goes."""
+    responder = AsgiResponder(send)
+    to_writer, outputs = trio.open_memory_channel[Output](0)
+
+    async def write_all() -> None:
+        async with outputs:
+            async for output in outputs:
+                await responder.respond(output)
+
+    async with trio.open_nursery() as nursery, to_writer:
+        nursery.start_soon(write_all)
+        yield to_writer.send
 
 
 def _headers(output: Output) -> list[tuple[bytes, bytes]]:

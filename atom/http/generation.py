@@ -24,7 +24,7 @@ from atom.events import RequestReceived, Submit
 from atom.http import chat, completions, messages, responses
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
-from atom.http.asgi import AsgiResponder, ASGISend
+from atom.http.asgi import AsgiResponder, ASGISend, open_responder
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.request_id import admitted_request_id
@@ -66,8 +66,8 @@ async def serve_generation(
     if request.plan.shape.request_fields.get("background"):
         await _start_background(engine, core, request, (receive, send), scope["path"])
         return
-    respond = AsgiResponder(send).respond
-    await RequestActor(core, request, receive=receive, respond=respond).run()
+    async with open_responder(send) as respond:
+        await RequestActor(core, request, receive=receive, respond=respond).run()
 
 
 async def _start_background(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 import trio
 
 from atom.config import Settings
+from atom.events import Envelope, RequestAborted, TokensSampled
 from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
 from atom.request_log import read_log
@@ -246,3 +248,40 @@ async def test_kv_usage_falls_to_zero_on_an_idle_server_after_aborts(tokenizer: 
         metrics = (await client.get("/metrics")).text
     assert busy > 0
     assert re.search(r"^atom:kv_cache_usage_perc\{[^}]*\} 0(\.0)?$", metrics, re.MULTILINE)
+
+
+async def test_a_client_that_stops_reading_is_aborted_after_the_stall_timeout(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    """16 choices of 2,000 tokens are ~9 MB of SSE: far more than the socket buffers hold
+    (~3 MB on loopback here), so the server's send blocks once the client stops reading."""
+    log_path = tmp_path / "requests.jsonl"
+    load = fake_loader(tokenizer, reply="word " * 2000, max_model_len=4096)
+    settings = Settings(stream_stall_timeout=1.0, request_log=str(log_path))
+    app = create_app(settings, load=load)
+    envelopes: list[Envelope] = []
+    app.engine.bus.subscribe(envelopes.append)
+    body = json.dumps({"messages": MSG, "stream": True, "n": 16, "max_tokens": 2000}).encode()
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request = head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect(_host_port(url))
+        async with trio.SocketStream(sock) as stalled:
+            await stalled.send_all(request)  # and never reads
+            with trio.fail_after(60):  # a deadline for a hang, not a bound on the time
+                while not any(isinstance(e.event, RequestAborted) for e in envelopes):
+                    await trio.sleep(0.05)
+            batcher = app.engine.generation(None, "test").batcher
+            while batcher.statistics().num_running_requests:
+                await trio.sleep(0.01)
+            after = await client.post("/v1/chat/completions", json={"messages": MSG})
+    (aborted,) = [e.event for e in envelopes if isinstance(e.event, RequestAborted)]
+    assert aborted.reason == "stream_stalled"
+    sampled = [e for e in envelopes if isinstance(e.event, TokensSampled)]
+    assert len(sampled) < 16 * 2000  # it stopped long before the end
+    assert after.status_code == 200
+    logged = _events_by_request(log_path)[aborted.request_id]
+    assert "request_aborted" in logged and "request_completed" not in logged
