@@ -29,7 +29,7 @@ from atom.errors import (
     RouteNotFound,
     Unauthorized,
 )
-from atom.http import admin, info, pooling_routes, render, stored, tokenize
+from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize
 from atom.http.access import Access, is_preflight
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
@@ -155,6 +155,7 @@ def create_app(
     pooling_routes.register(quart, engine)
     admin.register(quart, engine)
     render.register(quart, engine)
+    openapi.register(quart, settings)
     return AtomApp(quart, engine)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import llguidance
-from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
+from llguidance.gbnf_to_lark import any_to_lark
 
 LLM = llguidance.LLMatcher
 
@@ -44,7 +44,8 @@ def grammar(text: str) -> str:
     """A Lark grammar, or an EBNF/GBNF one (`root ::= …`), as vLLM's `grammar` takes."""
     try:
         source = any_to_lark(text)
-    except GbnfToLarkError as exc:
+    # llguidance's GBNF reader also raises a plain Exception ("No 'root' rule found").
+    except Exception as exc:
         raise GrammarError(f"invalid grammar: {exc}") from None
     return _checked(LLM.grammar_from_lark(source))
 

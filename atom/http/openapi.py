@@ -1,0 +1,213 @@
+"""GET /openapi.json: an OpenAPI 3.1 description of every route, built from the request
+schemas (pydantic) and the answers' schemas (atom/http/openapi_answers.py).
+
+`OPERATIONS` is the one table of routes it describes; tests/http/test_openapi.py checks
+it against the routes the app really serves, and the fuzz test sends what the document
+allows (and what it does not) to every operation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+from quart import Response
+from quart_trio import QuartTrio
+
+from atom.config import Settings
+from atom.http import openapi_answers as answers
+from atom.http.admin import LoadModelRequest, UnloadModelRequest, UpdateWeightsRequest
+from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
+from atom.http.info import atom_version
+from atom.http.openapi_answers import Schema
+from atom.http.pooling_routes import ALIASES
+from atom.http.pooling_routes import ROUTES as POOLING_ROUTES
+from atom.http.responses_schemas import ResponsesRequest
+from atom.http.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from atom.wire import dumps
+
+# Every route can answer these (atom/http/app.py applies the body limits, keys and
+# request ids before any route; a model may be loading or the server draining).
+ERROR_STATUSES = (400, 401, 403, 404, 408, 409, 413, 429, 500, 503)
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Operation:
+    method: str
+    path: str
+    summary: str
+    answer: Schema  # the 200 body (JSON)
+    body: type[BaseModel] | None = None
+    stream_event: Schema | None = None  # each server-sent event, when it may stream
+    query: tuple[str, ...] = ()  # optional string parameters
+    enums: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a query parameter's values
+    error: str = "Error"  # the error answer, one of ERRORS
+
+
+_POOLING_ANSWERS = {
+    "/v1/embeddings": answers.EMBEDDINGS,
+    "/pooling": answers.POOLING,
+    "/classify": answers.CLASSIFY,
+    "/v1/score": answers.SCORE,
+    "/v1/rerank": answers.RERANK,
+}
+_RESPONSE_ID = "/v1/responses/{response_id}"
+
+
+def _post(path: str, summary: str, answer: Schema, **more: Any) -> Operation:
+    return Operation(method="post", path=path, summary=summary, answer=answer, **more)
+
+
+def _get(path: str, summary: str, answer: Schema, **more: Any) -> Operation:
+    return Operation(method="get", path=path, summary=summary, answer=answer, **more)
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    _post("/v1/chat/completions", "Chat completion", answers.CHAT_COMPLETION,
+          body=ChatCompletionRequest, stream_event=answers.CHAT_CHUNK),
+    _post("/v1/completions", "Text completion", answers.COMPLETION,
+          body=CompletionRequest, stream_event=answers.COMPLETION_CHUNK),
+    _post("/v1/responses", "OpenAI Responses API", answers.RESPONSE,
+          body=ResponsesRequest, stream_event=answers.RESPONSE_EVENT),
+    _post("/v1/messages", "Anthropic Messages API", answers.ANTHROPIC_MESSAGE,
+          body=MessagesRequest, stream_event=answers.ANTHROPIC_EVENT, error="AnthropicError"),
+    _post("/v1/messages/count_tokens", "Anthropic token count", answers.COUNTED,
+          body=CountTokensRequest, error="AnthropicError"),
+    _post("/v1/chat/completions/render", "The prompt a chat request would run",
+          answers.RENDERED_CHAT, body=ChatCompletionRequest),
+    _post("/v1/completions/render", "The prompts a completion request would run",
+          answers.RENDERED_PROMPTS, body=CompletionRequest),
+    _post("/tokenize", "Token ids of a prompt or of chat messages", answers.TOKENIZED,
+          body=TokenizeRequest),
+    _post("/detokenize", "Text of token ids", answers.DETOKENIZED, body=DetokenizeRequest),
+    *(
+        _post(path, f"{path.rsplit('/', 1)[-1].capitalize()} (pooling model)",
+              _POOLING_ANSWERS[ALIASES.get(path, path)],
+              body=POOLING_ROUTES[ALIASES.get(path, path)].schema)
+        for path in (*POOLING_ROUTES, *ALIASES)
+    ),
+    _get("/health", "Liveness; with deep=1 every model produces a token", answers.HEALTH,
+         query=("deep",)),
+    _get("/health_generate", "Every model produces a token", answers.STATUS),
+    _get("/v1/models", "Served models", answers.MODELS),
+    _get("/version", "ATOM's version", answers.VERSION),
+    _get("/server_info", "Settings and models as loaded", answers.SERVER_INFO),
+    _get("/metrics", "Prometheus metrics (text)", answers.STRING),
+    _get("/openapi.json", "This document", {"type": "object"}),
+    _get(_RESPONSE_ID, "A stored response", answers.RESPONSE, stream_event=answers.RESPONSE_EVENT,
+         query=("stream", "starting_after")),
+    _get(f"{_RESPONSE_ID}/input_items", "A stored response's input items",
+         answers.INPUT_ITEMS, enums=(("order", ("asc", "desc")),)),
+    _post(f"{_RESPONSE_ID}/cancel", "Cancel a background response", answers.RESPONSE),
+    Operation(method="delete", path=_RESPONSE_ID, summary="Delete a stored response",
+              answer=answers.DELETED),
+    _post("/models/load", "Load a model (admin)", answers.MODEL_CHANGED, body=LoadModelRequest),
+    _post("/models/unload", "Unload a model (admin)", answers.MODEL_CHANGED,
+          body=UnloadModelRequest),
+    _post("/reset_prefix_cache", "Forget cached prefixes (admin)", answers.STATUS),
+    _post("/update_weights_from_disk", "New weights from a local path (admin)",
+          answers.WEIGHTS_UPDATED, body=UpdateWeightsRequest,
+          error="WeightsError"),
+    _post("/sleep", "Free the KV cache (level 1) and the weights (level 2) (admin)",
+          answers.SLEEPING, enums=(("level", ("1", "2")),)),
+    _post("/wake_up", "Wake from sleep (admin)", answers.SLEEPING),
+    _get("/is_sleeping", "Whether the server sleeps", answers.SLEEPING),
+    _post("/start_profile", "Start a profile (admin; needs --profile-dir)", answers.STATUS),
+    _post("/stop_profile", "Stop the profile and write its trace (admin)", answers.STATUS),
+)  # fmt: skip
+OPEN_PATHS = frozenset({"/health"})  # answered without a key (and /metrics, unless protected)
+
+
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    """The document for a server with these settings (keys decide the security part)."""
+    models = sorted({op.body for op in OPERATIONS if op.body is not None}, key=_qualname)
+    refs, defs = models_json_schema(
+        [(model, "validation") for model in models], ref_template="#/components/schemas/{model}"
+    )
+    has_keys = bool(settings.api_key or settings.api_key_file)
+    open_paths = OPEN_PATHS if settings.protect_metrics else OPEN_PATHS | {"/metrics"}
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        operation = _operation(op, refs)
+        if has_keys and op.path in open_paths:
+            operation["security"] = []
+        paths.setdefault(op.path, {})[op.method] = operation
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "ATOM", "version": atom_version()},
+        "paths": paths,
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "responses": ERRORS,
+            "securitySchemes": _SECURITY,
+        },
+    }
+    if has_keys:
+        document["security"] = [{"bearer": []}, {"x-api-key": []}]
+    return document
+
+
+def _qualname(model: type[BaseModel]) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
+
+
+def _operation(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
+    ok: dict[str, Any] = {"application/json": {"schema": op.answer}}
+    if op.path == "/metrics":
+        ok = {"text/plain": {"schema": answers.STRING}}
+    if op.stream_event is not None:
+        ok[SSE] = {"schema": op.stream_event}
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
+    for status in ERROR_STATUSES:
+        responses[str(status)] = {"$ref": f"#/components/responses/{op.error}"}
+    operation: dict[str, Any] = {"summary": op.summary, "responses": responses}
+    parameters = [_query(name, answers.STRING) for name in op.query]
+    parameters += [_query(name, {"type": "string", "enum": list(v)}) for name, v in op.enums]
+    if "{response_id}" in op.path:
+        parameters.append(
+            {"name": "response_id", "in": "path", "required": True, "schema": answers.STRING}
+        )
+    if parameters:
+        operation["parameters"] = parameters
+    if op.body is not None:
+        schema = refs[(op.body, "validation")]
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    return operation
+
+
+def _query(name: str, schema: Schema) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def _error(schema: Schema) -> dict[str, Any]:
+    return {"description": "Error", "content": {"application/json": {"schema": schema}}}
+
+
+ERRORS = {
+    "Error": _error(answers.ERROR),
+    "AnthropicError": _error(answers.ANTHROPIC_ERROR),  # every /v1/messages route's
+    # SGLang's answer to a failed update, or a body refused before it ran
+    "WeightsError": _error({"oneOf": [answers.ERROR, answers.WEIGHTS_UPDATED]}),
+}
+_SECURITY = {
+    "bearer": {"type": "http", "scheme": "bearer"},
+    "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+}
+
+
+def register(app: QuartTrio, settings: Settings) -> None:
+    document = dumps(openapi_document(settings))
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return Response(document, content_type="application/json")

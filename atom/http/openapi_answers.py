@@ -1,0 +1,168 @@
+"""The JSON schemas of ATOM's answers, for /openapi.json (atom/http/openapi.py).
+
+The bodies themselves are rendered by the wire projections (atom/wire*.py), not by
+pydantic, so their shapes are written here; the fuzz test
+(tests/http/test_openapi_fuzz.py) checks every answer against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+STRING: Schema = {"type": "string"}
+INTEGER: Schema = {"type": "integer"}
+NUMBER: Schema = {"type": "number"}
+BOOLEAN: Schema = {"type": "boolean"}
+OPTIONAL_STRING: Schema = {"type": ["string", "null"]}
+
+
+def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
+    """An object with these required properties (more are allowed)."""
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": {**required, **(optional or {})},
+    }
+
+
+def const(value: object) -> Schema:
+    return {"const": value}
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+ERROR = obj(
+    {
+        "error": obj(
+            {"message": STRING, "type": STRING},
+            {"param": OPTIONAL_STRING, "code": {"type": ["string", "integer", "null"]}},
+        )
+    }
+)
+ANTHROPIC_ERROR = obj({"type": const("error"), "error": obj({"type": STRING, "message": STRING})})
+
+_USAGE = obj({"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "total_tokens": INTEGER})
+_CHAT_MESSAGE = obj(
+    {"role": const("assistant")},
+    {"content": OPTIONAL_STRING, "reasoning_content": OPTIONAL_STRING, "tool_calls": array(
+        obj({"id": STRING, "type": const("function"), "function": obj(
+            {"name": STRING, "arguments": STRING})})
+    )},
+)  # fmt: skip
+_FINISH = {"type": ["string", "null"]}
+_GENERATED = {"id": STRING, "created": INTEGER, "model": STRING, "usage": _USAGE}
+
+CHAT_COMPLETION = obj(
+    {
+        **_GENERATED,
+        "object": const("chat.completion"),
+        "choices": array(
+            obj({"index": INTEGER, "message": _CHAT_MESSAGE, "finish_reason": _FINISH})
+        ),
+    }
+)
+COMPLETION = obj(
+    {
+        **_GENERATED,
+        "object": const("text_completion"),
+        "choices": array(obj({"index": INTEGER, "text": STRING, "finish_reason": _FINISH})),
+    }
+)
+RESPONSE = obj(
+    {
+        "id": STRING,
+        "object": const("response"),
+        "created_at": INTEGER,
+        "status": {"enum": ["queued", "in_progress", "completed", "incomplete", "failed",
+                            "cancelled"]},
+        "model": STRING,
+        "output": array(obj({"type": STRING})),
+    }
+)  # fmt: skip
+ANTHROPIC_MESSAGE = obj(
+    {
+        "id": STRING,
+        "type": const("message"),
+        "role": const("assistant"),
+        "model": STRING,
+        "content": array(obj({"type": STRING})),
+        "stop_reason": OPTIONAL_STRING,
+        "usage": obj({"input_tokens": INTEGER, "output_tokens": INTEGER}),
+    }
+)
+_POOLED = {
+    "id": STRING,
+    "object": const("list"),
+    "created": INTEGER,
+    "model": STRING,
+    "usage": obj({"prompt_tokens": INTEGER, "total_tokens": INTEGER}),
+}
+_VECTOR = {"oneOf": [array(NUMBER), STRING]}  # floats, or base64 with encoding_format
+EMBEDDINGS = obj(
+    {**_POOLED, "data": array(obj({"index": INTEGER, "object": STRING, "embedding": _VECTOR}))}
+)
+POOLING = obj(
+    {**_POOLED, "data": array(obj({"index": INTEGER, "object": STRING, "data": _VECTOR}))}
+)
+SCORE = obj({**_POOLED, "data": array(obj({"index": INTEGER, "object": const("score"),
+                                           "score": NUMBER}))})  # fmt: skip
+CLASSIFY = obj({**_POOLED, "data": array(obj({"index": INTEGER, "label": STRING,
+                                              "probs": array(NUMBER)}))})  # fmt: skip
+RERANK = obj(
+    {
+        "id": STRING,
+        "model": STRING,
+        "usage": obj({"total_tokens": INTEGER}),
+        "results": array(obj({"index": INTEGER, "relevance_score": NUMBER})),
+    }
+)
+MODELS = obj(
+    {
+        "object": const("list"),
+        "data": array(obj({"id": STRING, "object": const("model"), "owned_by": STRING})),
+    }
+)
+HEALTH = obj({"status": const("ok")}, {"model": OPTIONAL_STRING, "models": array(STRING)})
+STATUS = obj({"status": STRING})
+TOKENIZED = obj({"tokens": array(INTEGER), "count": INTEGER, "max_model_len": INTEGER})
+DETOKENIZED = obj({"prompt": STRING})
+COUNTED = obj({"input_tokens": INTEGER})
+VERSION = obj({"version": STRING})
+SERVER_INFO = obj({"version": STRING, "settings": {"type": "object"}, "models": array(obj({}))})
+_RENDERED = obj(
+    {"request_id": STRING, "prompt": STRING, "token_ids": array(INTEGER),
+     "sampling_params": {"type": "object"}}
+)  # fmt: skip
+RENDERED_CHAT = _RENDERED
+RENDERED_PROMPTS = array(_RENDERED)
+MODEL_CHANGED = obj({"id": STRING, "object": const("model"), "status": STRING, "kind": STRING})
+WEIGHTS_UPDATED = obj({"success": BOOLEAN, "message": STRING, "num_paused_requests": INTEGER})
+SLEEPING = obj({"is_sleeping": BOOLEAN}, {"level": INTEGER})
+INPUT_ITEMS = obj(
+    {"object": const("list"), "data": array(obj({"id": STRING})), "has_more": BOOLEAN}
+)
+DELETED = obj({"id": STRING, "object": const("response"), "deleted": const(True)})
+
+
+def sse_event(data: Schema) -> Schema:
+    """One server-sent event: its `data` is JSON matching `data` (or an error body), or the
+    `[DONE]` that ends OpenAI's streams."""
+    json_data = {"contentMediaType": "application/json", "contentSchema": {"anyOf": [data, ERROR]}}
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {"data": STRING, "event": STRING},
+        "if": {"properties": {"data": const("[DONE]")}},
+        "else": {"properties": {"data": json_data}},
+    }
+
+
+_CHUNKED = {"id": STRING, "created": INTEGER, "model": STRING, "choices": array(obj({}))}
+CHAT_CHUNK = sse_event(obj({**_CHUNKED, "object": const("chat.completion.chunk")}))
+COMPLETION_CHUNK = sse_event(obj({**_CHUNKED, "object": const("text_completion")}))
+RESPONSE_EVENT = sse_event(obj({"type": STRING, "sequence_number": INTEGER}))
+ANTHROPIC_EVENT = sse_event(obj({"type": STRING}))
