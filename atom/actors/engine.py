@@ -274,8 +274,9 @@ class Engine:
         self._drained.set()
 
     def _restore(self, log_path: str) -> None:
-        """Stored responses come back from the request log of earlier runs."""
-        if not os.path.exists(log_path):
+        """Stored responses come back from the request log of earlier runs (a log that is
+        no regular file, such as a pipe or a device, cannot be read back)."""
+        if not os.path.isfile(log_path):
             return
         for envelope in read_log(log_path):
             self.responses.apply(envelope)

@@ -5,7 +5,9 @@ whatever has queued up (a burst), encodes it and hands it to the kernel with one
 unbuffered write: lines are never interleaved, and what a crash of the process
 can lose is the burst not yet written. Nothing it is given can stop it: a record
 that cannot be encoded, or a write that fails, is counted (`num_failed`, shown in
-/metrics) and logged, and the next records are written as usual.
+/metrics) and logged, and the next records are written as usual, on a line of their
+own (a full disk may have taken half a line). The server keeps serving without its log
+rather than refusing requests (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class RequestLogger:
         self._path = Path(path)
         self._to_self, self._inbox = trio.open_memory_channel[Envelope](math.inf)
         self.num_failed = 0  # records lost to an encoding or write error
+        self._may_be_torn = False  # the last write failed, perhaps half-way through a line
 
     def log_nowait(self, envelope: Envelope) -> None:
         """Queue an envelope for writing (a bus subscriber). Never blocks."""
@@ -62,11 +65,16 @@ class RequestLogger:
                 self.num_failed += 1
                 log.error("request_log_record_failed", seq=envelope.seq, exc_info=True)
         data = b"".join(lines)
+        written = 0
         try:
-            while data:
-                data = data[os.write(fd, data) :]
+            if self._may_be_torn:  # a failed write may have left half a line
+                _end_torn_line(fd)
+                self._may_be_torn = False
+            while written < len(data):
+                written += os.write(fd, data[written:])
         except OSError:
-            self.num_failed += len(lines)
+            self._may_be_torn = True
+            self.num_failed += len(lines) - _num_whole(lines, written)
             log.error("request_log_write_failed", path=str(self._path), exc_info=True)
 
 
@@ -75,6 +83,16 @@ def _line(envelope: Envelope) -> bytes:
         return encode(envelope).encode() + b"\n"
     except UnicodeEncodeError:  # a lone surrogate: kept, escaped, so the line stays UTF-8
         return encode(envelope, ensure_ascii=True).encode() + b"\n"
+
+
+def _num_whole(lines: list[bytes], num_bytes: int) -> int:
+    """How many of `lines` the first `num_bytes` written hold whole."""
+    end = 0
+    for count, line in enumerate(lines):
+        end += len(line)
+        if end > num_bytes:
+            return count
+    return len(lines)
 
 
 def _end_torn_line(fd: int) -> None:

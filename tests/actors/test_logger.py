@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
 from atom.actors.logger import RequestLogger
 from atom.events import Endpoint, Envelope, RequestReceived
-from atom.request_log import read_log
+from atom.request_log import decode, read_log
 
 
 def _received(seq: int, body: dict[str, object]) -> Envelope:
@@ -59,3 +63,41 @@ async def test_a_restarted_logger_ends_the_line_a_crash_left_torn(tmp_path: Path
     logged = list(read_log(path, on_torn=lambda number, reason: torn.append(number)))
     assert torn == [2]
     assert [e.event.body for e in logged] == [{}, {"user": "restarted"}]  # type: ignore[attr-defined]
+
+
+async def test_a_full_disk_is_counted_and_the_logger_keeps_running() -> None:
+    """/dev/full fails every write with ENOSPC, as a full disk does."""
+    logger = await _log_all(Path("/dev/full"), [_received(i, {}) for i in range(3)])
+    assert logger.num_failed == 3
+
+
+async def test_after_a_write_cut_half_way_the_next_records_start_a_line_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    real_write = os.write
+    lost: list[int] = []  # the records a full disk cut: the one torn, and those after it
+    is_full = threading.Event()
+
+    def disk_full_once(fd: int, data: bytes) -> int:
+        """As the kernel does: the write that fills the disk returns how much it wrote,
+        and the next one fails."""
+        if is_full.is_set():
+            is_full.clear()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        cut = data.find(b'"seq":1,')
+        if lost or cut < 0:
+            return real_write(fd, data)
+        torn_from = data.rfind(b"\n", 0, cut) + 1
+        lost.extend(e.seq for e in map(decode, data[torn_from:].decode().splitlines()))
+        is_full.set()
+        return real_write(fd, data[:cut])  # up to the middle of record 1
+
+    monkeypatch.setattr(os, "write", disk_full_once)
+    logger = await _log_all(path, [_received(i, {}) for i in range(6)])
+    torn: list[int] = []
+    logged = list(read_log(path, on_torn=lambda number, reason: torn.append(number)))
+    assert lost[0] == 1 and 5 not in lost
+    assert logger.num_failed == len(lost)
+    assert [e.seq for e in logged] == [seq for seq in range(6) if seq not in lost]
+    assert len(torn) == 1  # the half line stays alone (replay reports it); the rest is whole

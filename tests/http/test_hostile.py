@@ -285,3 +285,22 @@ async def test_a_client_that_stops_reading_is_aborted_after_the_stall_timeout(
     assert after.status_code == 200
     logged = _events_by_request(log_path)[aborted.request_id]
     assert "request_aborted" in logged and "request_completed" not in logged
+
+
+async def test_a_request_log_on_a_full_disk_is_counted_and_the_server_keeps_serving(
+    tokenizer: Any,
+) -> None:
+    """/dev/full fails every write with ENOSPC, as a full disk does: the policy is to
+    keep serving without the log, count what was lost and say so (docs/reliability.md)."""
+    app = create_app(Settings(request_log="/dev/full"), load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        answers = [
+            await client.post("/v1/chat/completions", json={"messages": MSG, "stream": stream})
+            for stream in (False, True, False)
+        ]
+        metrics = (await client.get("/metrics")).text
+    assert [r.status_code for r in answers] == [200, 200, 200]
+    assert answers[1].text.endswith("data: [DONE]\n\n")
+    lost = re.search(r"^atom:request_log_failures_total (\d+)", metrics, re.MULTILINE)
+    assert lost is not None and int(lost.group(1)) > 0
