@@ -59,6 +59,7 @@ class Settings:
     ssl_keyfile: str | None = None
     ssl_ca_certs: str | None = None  # client certificates are then required
     request_log: str | None = None
+    crash_dump_dir: str | None = None  # a fatal error writes the last minutes of events here
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     device: str | None = None
     dtype: str | None = None
@@ -140,6 +141,8 @@ HELP = {
     "then the request is aborted (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
     "request_log": "JSONL event log path (default: off)",
+    "crash_dump_dir": "on a fatal error, write the last 5 minutes of events here as a "
+    "request log (atom replay reads it); kept in memory meanwhile (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",
     "device": "torch device (default: cuda if available, else cpu)",
     "dtype": "weight dtype (default: bfloat16 on CUDA, float32 on CPU)",

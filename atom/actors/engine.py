@@ -21,6 +21,7 @@ import trio
 
 from atom.actors.bus import Clock, EventBus
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
+from atom.actors.crash_ring import CrashRing
 from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
@@ -87,10 +88,11 @@ class Engine:
         on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
-        self._on_fatal = on_fatal
+        self._stop_process = on_fatal
         # Given, SIGTERM and SIGINT drain the server and `on_drained` ends the process.
         self._on_drained = on_drained
         self.bus = EventBus(clock)
+        self.crash_ring = CrashRing.on(self.bus, settings.crash_dump_dir)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.responses = ResponsesStore(settings.responses_store_max)
@@ -103,7 +105,7 @@ class Engine:
             bus=self.bus,
             clock=clock,
             responses=self.responses,
-            on_fatal=on_fatal,
+            on_fatal=self._on_fatal,
             phases=self.phases,
         )
         self.logger: RequestLogger | None = None
@@ -161,6 +163,13 @@ class Engine:
             self._open.discard(event.request_id)
             if not self._open:
                 self._none_open.set()
+
+    def _on_fatal(self) -> None:
+        """A fatal error: the crash dump first (with --crash-dump-dir), then the process
+        stops (`on_fatal`)."""
+        if self.crash_ring is not None:
+            self.crash_ring.dump()
+        self._stop_process()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:

@@ -57,13 +57,9 @@ class RequestLogger:
                 return burst
 
     def _write(self, fd: int, burst: list[Envelope]) -> None:
-        lines = []
-        for envelope in burst:
-            try:
-                lines.append(_line(envelope))
-            except Exception:
-                self.num_failed += 1
-                log.error("request_log_record_failed", seq=envelope.seq, exc_info=True)
+        encoded = [encoded_line(envelope) for envelope in burst]
+        lines = [line for line in encoded if line is not None]
+        self.num_failed += len(encoded) - len(lines)
         data = b"".join(lines)
         written = 0
         try:
@@ -78,11 +74,16 @@ class RequestLogger:
             log.error("request_log_write_failed", path=str(self._path), exc_info=True)
 
 
-def _line(envelope: Envelope) -> bytes:
+def encoded_line(envelope: Envelope) -> bytes | None:
+    """The envelope's JSONL line, or None (logged) for a record with no JSON form."""
     try:
-        return encode(envelope).encode() + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate: kept, escaped, so the line stays UTF-8
-        return encode(envelope, ensure_ascii=True).encode() + b"\n"
+        try:
+            return encode(envelope).encode() + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate: kept, escaped; the line stays UTF-8
+            return encode(envelope, ensure_ascii=True).encode() + b"\n"
+    except Exception:
+        log.error("request_log_record_failed", seq=envelope.seq, exc_info=True)
+        return None
 
 
 def _num_whole(lines: list[bytes], num_bytes: int) -> int:

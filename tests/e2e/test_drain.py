@@ -167,7 +167,8 @@ def test_a_runner_fault_under_concurrent_streams_fails_each_and_exits_1_within_s
 ) -> None:
     flag = tmp_path / "raise"
     log_path = tmp_path / "log.jsonl"
-    env = {"FAULT_FLAG": str(flag), "FAULT": "raise"}
+    dumps = tmp_path / "dumps"
+    env = {"FAULT_FLAG": str(flag), "FAULT": "raise", "ATOM_CRASH_DUMP_DIR": str(dumps)}
     with server_process(log_path, FAULTY_APP, **env) as (proc, url):
         streams = start_streams(url, 3, max_tokens=400)
         flag.touch()  # the next step raises
@@ -183,3 +184,6 @@ def test_a_runner_fault_under_concurrent_streams_fails_each_and_exits_1_within_s
     failed = [e.event for e in read_log(log_path) if e.event.type == "request_failed"]
     assert len(failed) == 3  # every in-flight request's end is in the log
     assert {f.message for f in failed} == {"the engine failed; the server is shutting down"}
+    (dump,) = dumps.iterdir()  # the crash dump holds the same ends, written before the exit
+    dumped = [e.event for e in read_log(dump) if e.event.type == "request_failed"]
+    assert dumped == failed
