@@ -72,6 +72,41 @@ def running_server(log_path: Path, **env: str) -> Iterator[Server]:
         proc.wait(timeout=30)
 
 
+FAULTY_APP = "tests.e2e.faulty_app:app"  # its model step hangs or raises on a flag file
+
+
+@contextmanager
+def server_process(
+    log_path: Path, app: str = "atom.http:app", **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`hypercorn -k trio -w 0 <app>` with these `ATOM_*` settings, once healthy."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "ATOM_MODEL": "SmolLM2-135M-Instruct",
+        "ATOM_REQUEST_LOG": str(log_path),
+        "ATOM_LOG_LEVEL": "warning",
+        **env,
+    }
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
+    proc = subprocess.Popen([*command, "-b", f"127.0.0.1:{port}", app], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "no healthy server"
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running_server(tmp_path_factory.mktemp("log") / "requests.jsonl") as started:

@@ -1,7 +1,8 @@
 """`hypercorn -k trio -w 0 tests.e2e.faulty_app:app`: the server of `atom.http:app`
 whose generation model's step goes wrong once the file named by `FAULT_FLAG` exists:
 with `FAULT=hang` it blocks for good (a kernel that never returns, for the watchdog),
-with `FAULT=raise` it raises (a runner bug) — for the subprocess fault tests."""
+with `FAULT=raise` it raises (a runner bug) — for the subprocess fault tests. With
+`FAKE_REPLY` set, the model is a FakeRunner answering that text instead (no fault)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from atom.config import Settings
 from atom.http.app import create_app, load_served
 from atom.logs import configure_logging
 from atom.model.catalog import ModelSpec
+from atom.model.loader import load_tokenizer
 from atom.model.runner import Runner, Runtime, Sampled, StepPlan
+from tests.conftest import fake_loader
 
 
 class Faulty:
@@ -38,6 +41,9 @@ class Faulty:
 
 
 def load(settings: Settings, spec: ModelSpec) -> Loaded:
+    if "FAKE_REPLY" in os.environ:  # no real model: FakeRunner, many events a second
+        tokenizer = load_tokenizer(None, cache_dir=settings.cache_dir)
+        return fake_loader(tokenizer, reply=os.environ["FAKE_REPLY"])(settings, spec)
     loaded = load_served(settings, spec)
     if isinstance(loaded, Runtime):
         faulty = Faulty(loaded.runner, os.environ["FAULT_FLAG"], os.environ.get("FAULT", "hang"))

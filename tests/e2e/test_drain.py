@@ -4,14 +4,9 @@ the real chat model, concurrent streams, SIGTERM (and a second signal), a hung s
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,42 +14,9 @@ import httpx
 import pytest
 
 from atom.request_log import read_log
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import FAULTY_APP, server_process
 
 pytestmark = pytest.mark.slow
-FAULTY_APP = "tests.e2e.faulty_app:app"  # its model step hangs or raises on a flag file
-
-
-@contextmanager
-def server_process(
-    log_path: Path, app: str = "atom.http:app", **env: str
-) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`hypercorn -k trio -w 0 <app>` with these `ATOM_*` settings, once healthy."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "ATOM_MODEL": "SmolLM2-135M-Instruct",
-        "ATOM_REQUEST_LOG": str(log_path),
-        "ATOM_LOG_LEVEL": "warning",
-        **env,
-    }
-    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
-    proc = subprocess.Popen([*command, "-b", f"127.0.0.1:{port}", app], env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "no healthy server"
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 class Stream(threading.Thread):
