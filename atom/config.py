@@ -38,6 +38,7 @@ class Settings:
     scheduling_policy: str = "fcfs"  # or "priority": a request's priority orders admission
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
+    max_request_body_bytes: int = 32 * 1024 * 1024  # a larger body is a 413
     max_n: int = 16
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
     sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
@@ -134,6 +135,7 @@ HELP = {
     "ssl_keyfile": "TLS private key (PEM) for atom serve",
     "ssl_ca_certs": "CA certificates (PEM): clients must present a certificate they sign",
     "body_timeout": "seconds for a request body to arrive whole; then a 408",
+    "max_request_body_bytes": "largest request body accepted, in bytes; a larger one is a 413",
     "max_n": "largest n accepted",
     "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
     "sse_ping_interval": "seconds an idle stream waits before a keep-alive comment (0: off)",

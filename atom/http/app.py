@@ -60,7 +60,12 @@ class AtomApp:
         # sent before the body was read (a 401, 404 or 405) left hypercorn's keep-alive
         # connection stuck, and the client's next request on it hung.
         try:
-            raw = await read_body(receive, timeout_s=self.engine.settings.body_timeout)
+            settings = self.engine.settings
+            raw = await read_body(
+                receive,
+                max_bytes=settings.max_request_body_bytes,
+                timeout_s=settings.body_timeout,
+            )
         except AtomError as error:
             await send_error(send, error, scope["path"])
             return

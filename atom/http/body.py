@@ -12,14 +12,13 @@ import trio
 from atom.actors.request import ASGIReceive
 from atom.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 64  # tool schemas nest a dozen levels; 10,000 levels crash recursive code
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-async def read_body(receive: ASGIReceive, *, timeout_s: float) -> bytes | None:
+async def read_body(receive: ASGIReceive, *, max_bytes: int, timeout_s: float) -> bytes | None:
     """The whole request body, or None when the client left first. Raises PayloadTooLarge
-    past MAX_BODY_BYTES and RequestTimeout when it has not all arrived within `timeout_s`."""
+    past `max_bytes` and RequestTimeout when it has not all arrived within `timeout_s`."""
     chunks: list[bytes] = []
     size = 0
     with trio.move_on_after(timeout_s):
@@ -29,18 +28,17 @@ async def read_body(receive: ASGIReceive, *, timeout_s: float) -> bytes | None:
                 return None
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > MAX_BODY_BYTES:
-                raise PayloadTooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+            if size > max_bytes:
+                raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
             if not message.get("more_body", False):
                 return b"".join(chunks)
     raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s")
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object. Raises InvalidRequest (naming the field) for anything that
-    is not JSON, not an object, nested deeper than MAX_DEPTH or holding a lone surrogate."""
-    if len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    """The body as a JSON object (read within the size limit already). Raises
+    InvalidRequest (naming the field) for anything that is not JSON, not an object, nested
+    deeper than MAX_DEPTH or holding a lone surrogate."""
     try:
         payload = json.loads(raw)
     except RecursionError:

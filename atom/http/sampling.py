@@ -48,7 +48,7 @@ def sampling_params(
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
-        top_k=body.top_k if body.top_k and body.top_k > 0 else None,
+        top_k=body.top_k if body.top_k and 0 < body.top_k < vocab else None,  # else: all
         min_p=body.min_p or 0.0,
         max_tokens=max_tokens,
         min_tokens=body.min_tokens,

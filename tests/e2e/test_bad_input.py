@@ -188,3 +188,14 @@ def test_a_refused_route_with_a_body_does_not_stall_the_keep_alive_connection(
             statuses.append(client.delete("/v1/models").status_code)
             statuses.append(client.put(CHAT, json={"x": 1}).status_code)
     assert statuses == [200, 404, 405, 405] * 40
+
+
+def test_numbers_past_int64_that_mean_no_limit_reach_the_real_sampler_safely(
+    server: Server,
+) -> None:
+    """top_k past the vocabulary means every token (torch cannot hold 2**70 as a tensor
+    value: it must never reach the sampler); a seed past int64 is folded into 63 bits."""
+    messages = [{"role": "user", "content": "Say hi."}]
+    body = {"messages": messages, "max_tokens": 4, "top_k": 2**70, "seed": 2**70}
+    first, again = server.chat(body), server.chat(body)
+    assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
