@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import fields
 
+import trio
+
 from atom.config import HELP, Settings, parse_list
+from atom.events import Envelope
 from atom.replay import project, reparse
 from atom.request_log import read_log
+from atom.rerun import Rerun, recorded_requests, summarize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,14 +45,33 @@ def parser() -> argparse.ArgumentParser:
             action="append" if isinstance(default, tuple) else "store",
             help=f"{HELP[f.name]} (env ATOM_{f.name.upper()}{shown})".replace("%", "%%"),
         )
-    replay = commands.add_parser("replay", help="rebuild the responses recorded in a request log")
+    _replay_arguments(commands.add_parser("replay", help="rebuild the responses in a log"))
+    return parser
+
+
+def _replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument("log")
     replay.add_argument("--request-id", help="only this request")
     replay.add_argument("--json", action="store_true", help="one JSON object per response")
     replay.add_argument("--tool-call-parser", help="re-parse the recorded tokens with this parser")
     replay.add_argument("--reasoning-parser", help="re-parse the recorded tokens with this parser")
     replay.add_argument("--model", help="model whose tokenizer re-parsing uses (default: embedded)")
-    return parser
+    rerun = replay.add_argument_group("re-run against a live server")
+    rerun.add_argument("--rerun", metavar="URL", help="re-send the requests to URL and compare")
+    rerun.add_argument("--concurrency", type=int, default=8, help="requests at once (default: 8)")
+    rerun.add_argument(
+        "--speed",
+        choices=("recorded", "max"),
+        default="recorded",
+        help="send at the recorded arrival times, or as fast as --concurrency allows",
+    )
+    rerun.add_argument(
+        "--min-agreement",
+        type=float,
+        default=1.0,
+        help="exit 1 when fewer requests agree than this share (default: 1.0)",
+    )
+    rerun.add_argument("--api-key", help="the server's API key (Authorization: Bearer)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -95,6 +120,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"atom replay: {args.log}:{number}: skipped a torn line ({reason})", file=sys.stderr)
 
     envelopes = read_log(args.log, on_torn=report_torn)
+    if args.rerun:
+        return _rerun(args, envelopes)
     if args.tool_call_parser or args.reasoning_parser:
         from atom.model.loader import load_tokenizer
 
@@ -123,6 +150,26 @@ def _replay(args: argparse.Namespace) -> int:
             print(f"### {response.request_id} {response.status} {response.content_type}")
             print(body)
     return 0
+
+
+def _rerun(args: argparse.Namespace, envelopes: Iterable[Envelope]) -> int:
+    """Print one JSON line per request that did not agree, then a summary; 1 below
+    --min-agreement."""
+    recorded = recorded_requests(envelopes)
+    headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    rerun = Rerun(
+        url=args.rerun,
+        concurrency=args.concurrency,
+        as_recorded=args.speed == "recorded",
+        headers=headers,
+    )
+    verdicts = trio.run(rerun.run, recorded)
+    for verdict in verdicts:
+        if not verdict.agreed:
+            print(json.dumps(dataclasses.asdict(verdict), ensure_ascii=False))
+    summary = summarize(verdicts)
+    print(json.dumps(summary))
+    return 0 if summary["agreement"] >= args.min_agreement else 1
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,32 @@ async def serving(app: Any, *, graceful_timeout_s: float = 3.0) -> AsyncIterator
             yield binds[0]
         finally:
             shutdown.set()
+
+
+@contextmanager
+def serving_in_thread(app: Any) -> Iterator[str]:
+    """`serving` in a thread of its own, for synchronous clients; yields the base URL once
+    the models are loaded."""
+    ready: list[str] = []
+    stop = threading.Event()
+
+    async def serve() -> None:
+        async with serving(app, graceful_timeout_s=1) as url:
+            await wait_ready(app)
+            ready.append(url)
+            while not stop.is_set():
+                await trio.sleep(0.05)
+
+    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
+    thread.start()
+    while not ready:
+        assert thread.is_alive(), "the server did not start"
+        stop.wait(0.05)
+    try:
+        yield ready[0]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 async def wait_ready(app: Any, timeout_s: float = 60.0) -> None:

@@ -6,14 +6,12 @@ has a documented status, content type and schema."""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-import trio
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
@@ -28,7 +26,7 @@ from atom.config import Settings
 from atom.http.app import create_app
 from atom.http.generation import ROUTES
 from atom.http.openapi import openapi_document
-from tests.conftest import fake_loader, serving, wait_ready
+from tests.conftest import fake_loader, serving, serving_in_thread, wait_ready
 
 # CI's run; a long one: FUZZ_EXAMPLES=300 FUZZ_PHASES=examples,coverage,fuzzing (the
 # coverage phase tries every boundary the schemas define: ~4x the time at 8 examples).
@@ -87,25 +85,8 @@ async def test_with_keys_every_route_but_health_and_metrics_needs_one(tokenizer:
 @pytest.fixture(scope="module")
 def server_url(tokenizer: Any) -> Iterator[str]:
     """A real server in a thread of its own (Schemathesis calls it synchronously)."""
-    app = create_app(FUZZ_SETTINGS, load=fake_loader(tokenizer))
-    ready: list[str] = []
-    stop = threading.Event()
-
-    async def serve() -> None:
-        async with serving(app, graceful_timeout_s=1) as url:
-            await wait_ready(app)
-            ready.append(url)
-            while not stop.is_set():
-                await trio.sleep(0.05)
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    while not ready:
-        assert thread.is_alive(), "the server did not start"
-        stop.wait(0.05)
-    yield ready[0]
-    stop.set()
-    thread.join(timeout=10)
+    with serving_in_thread(create_app(FUZZ_SETTINGS, load=fake_loader(tokenizer))) as url:
+        yield url
 
 
 # The schema the server below serves (the first test checks the served one is this).

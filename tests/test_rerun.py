@@ -1,0 +1,106 @@
+"""`atom replay LOG --rerun URL`: the recorded requests re-sent to a live server, greedy
+answers compared exactly and sampled ones by shape, with a non-zero exit below
+--min-agreement. Servers with FakeRunner models, recorded in this test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from atom.cli import main
+from atom.config import Settings
+from atom.http.app import create_app
+from atom.plan import Endpoint
+from atom.rerun import Choice, Recorded, compare
+from tests.conftest import fake_loader, serving_in_thread
+from tests.weather import WEATHER
+
+Q = [{"role": "user", "content": "What is the weather?"}]
+MIX: list[tuple[str, dict[str, Any]]] = [
+    ("/v1/chat/completions", {"messages": Q, "temperature": 0, "max_tokens": 30}),
+    ("/v1/chat/completions", {"messages": Q, "temperature": 0, "stream": True, "n": 2}),
+    ("/v1/chat/completions", {"messages": Q, "temperature": 0.8, "seed": 3}),
+    ("/v1/chat/completions", {"messages": Q, "temperature": 0, "tools": [WEATHER]}),
+    ("/v1/completions", {"prompt": "Once upon", "temperature": 0, "max_tokens": 3}),
+    ("/v1/completions", {"prompt": ["a", "b"], "temperature": 0.5, "stream": True}),
+    ("/v1/messages", {"messages": Q, "max_tokens": 20}),
+]
+
+
+def record(tokenizer: Any, log_path: Path) -> None:
+    settings = Settings(request_log=str(log_path))
+    with serving_in_thread(create_app(settings, load=fake_loader(tokenizer))) as url:
+        for path, body in MIX:
+            httpx.post(url + path, json=body, timeout=30)
+
+
+def rerun(tokenizer: Any, log_path: Path, reply: str, capsys: Any) -> tuple[int, list[Any]]:
+    app = create_app(Settings(), load=fake_loader(tokenizer, reply=reply))
+    with serving_in_thread(app) as url:
+        status = main(["replay", str(log_path), "--rerun", url, "--speed", "max"])
+    out = capsys.readouterr().out.splitlines()  # the server's own log lines are there too
+    lines = [json.loads(line) for line in out if line.startswith('{"')]
+    return status, lines
+
+
+def test_the_same_server_agrees_and_another_one_does_not(
+    tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_path = tmp_path / "log.jsonl"
+    record(tokenizer, log_path)
+    same, same_lines = rerun(
+        tokenizer, log_path, "Hello world, this is a fake reply. Ça marche 🙂!", capsys
+    )
+    other, other_lines = rerun(tokenizer, log_path, "Something else entirely.", capsys)
+    assert same == 0
+    assert same_lines == [same_lines[-1]]  # no disagreement line
+    summary = same_lines[-1]
+    assert summary["requests"] == len(MIX) and summary["agreement"] == 1.0
+    assert summary["by"] == {
+        "greedy": {"agreed": 4, "requests": 4},
+        "shape": {"agreed": 2, "requests": 2},
+        "status": {"agreed": 1, "requests": 1},
+    }
+    assert other == 1
+    *disagreed, other_summary = other_lines
+    assert other_summary["agreed"] == 3  # sampled by shape, the Messages status
+    assert {d["compared"] for d in disagreed} == {"greedy"}
+    assert all("text differs at character 0" in d["divergence"] for d in disagreed)
+
+
+def _recorded(**choice: Any) -> Recorded:
+    return Recorded(
+        request_id="r",
+        endpoint=Endpoint.CHAT,
+        body={},
+        at=0.0,
+        status=200,
+        is_greedy=False,
+        wants_json=True,
+        by_choice=True,
+        choices=(Choice(**choice),),
+    )
+
+
+def _answer(content: str, finish: str = "stop", calls: tuple[str, ...] = ()) -> dict[str, Any]:
+    tool_calls = [{"function": {"name": n, "arguments": "{}"}} for n in calls]
+    message = {"content": content, "tool_calls": tool_calls or None}
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+def test_sampled_answers_are_compared_by_shape() -> None:
+    recorded = _recorded(text='{"a": 1}', finish_reason="stop")
+    assert compare(recorded, 200, _answer('{"b": 2}')).agreed  # other JSON: same shape
+    assert (
+        compare(recorded, 200, _answer("not json")).divergence == "choice 0: the answer is no JSON"
+    )
+    cut = compare(recorded, 200, _answer('{"b"', finish="length"))
+    assert cut.divergence == "choice 0: finish_reason stop → length"
+    called = _recorded(calls=(("get_weather", "{}"),), finish_reason="tool_calls")
+    other_call = compare(called, 200, _answer("", finish="tool_calls", calls=("get_time",)))
+    assert other_call.divergence == "choice 0: tool-call names differ"
+    assert compare(recorded, 500, None).divergence == "status 200 → 500"
