@@ -203,8 +203,8 @@ def _diverges(was: Choice, now: Choice, *, is_greedy: bool, json: bool) -> str |
         return f"finish_reason {was.finish_reason} → {now.finish_reason}"
     if [name for name, _ in was.calls] != [name for name, _ in now.calls]:
         return "tool-call names differ"
-    if json and not was.calls and not _is_json(now.text):
-        return "the answer is no JSON"
+    if json and now.finish_reason == "stop" and not now.calls and not _is_json(now.text):
+        return "the answer is no JSON"  # (one cut by max_tokens cannot be)
     if not is_greedy:
         return None
     for part in ("reasoning", "text"):
