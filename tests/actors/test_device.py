@@ -44,3 +44,23 @@ async def test_a_cancelled_caller_waits_for_its_job() -> None:
         await trio.lowlevel.checkpoint()  # where the deadline is delivered
     assert scope.cancel_called and scope.cancelled_caught
     device.close()
+
+
+async def test_not_even_a_base_exception_ends_the_device_thread() -> None:
+    """A job that raises SystemExit or KeyboardInterrupt (what would end an OS thread)
+    fails its caller alone: the thread runs the next job, so no later step waits for
+    a thread that is gone (issue 20: a device-thread crash)."""
+    device = DeviceThread()
+
+    def exits() -> None:
+        raise SystemExit(3)
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit):
+        await device.run_sync(exits)
+    with pytest.raises(KeyboardInterrupt):
+        await device.run_sync(interrupted)
+    assert await device.run_sync(lambda: "still serving") == "still serving"
+    device.close()
