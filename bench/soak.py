@@ -49,6 +49,7 @@ from bench.soak_mix import mixed_body
 from tests.conftest import fake_loader, serving, wait_ready
 
 STORY = [{"role": "user", "content": "Tell me a very long story about the sea."}]
+MODEL = "SmolLM2-135M-Instruct"
 MAX_RESTREAMS = 100_000
 
 
@@ -93,11 +94,13 @@ def leftovers(app: Any, model: str) -> dict[str, Any]:
     }
 
 
-async def settle(app: Any, model: str, tasks_before: int) -> dict[str, Any]:
-    """Wait (at most 30 s) for the server to hold nothing; what it still holds."""
+async def settle(app: Any, model: str, tasks_before: int | None = None) -> dict[str, Any]:
+    """Wait (at most 30 s) for the server to hold no request (and, given `tasks_before`,
+    no more tasks than that); what it still holds."""
+    busy = ("running_requests", "queued_requests", "open_requests")
     with trio.move_on_after(30):
-        while any(leftovers(app, model)[k] for k in ("running_requests", "open_requests")) or (
-            num_tasks() > tasks_before
+        while any(leftovers(app, model)[k] for k in busy) or (
+            tasks_before is not None and num_tasks() > tasks_before
         ):
             await trio.sleep(0.05)
     return leftovers(app, model)
@@ -137,6 +140,7 @@ async def disconnects(
                 await limiter.acquire_on_behalf_of(idx)
                 droppers.start_soon(_released_after, limiter, idx, drop)
         done.set()
+    await settle(app, MODEL)  # a queued drop is released when it reaches the queue's head
     return dropped_report(envelopes[start:])
 
 
@@ -252,7 +256,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         app = create_app(settings, **({"load": load} if load else {}))
         recorder = DropRecorder()
         app.engine.bus.subscribe(recorder.keep)
-        model = "SmolLM2-135M-Instruct"
+        model = MODEL
         async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=600) as client:
             await wait_ready(app, timeout_s=600)
             tasks_before = num_tasks()
