@@ -26,6 +26,16 @@ class Endpoint(StrEnum):
     POOLING = "pooling"
 
 
+# The route of each generation endpoint (atom/http routes them; `atom replay --rerun`
+# sends recorded requests back to them).
+GENERATION_PATHS = {
+    Endpoint.CHAT: "/v1/chat/completions",
+    Endpoint.COMPLETIONS: "/v1/completions",
+    Endpoint.MESSAGES: "/v1/messages",
+    Endpoint.RESPONSES: "/v1/responses",
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningBudget:
     """At most `max_tokens` tokens of reasoning: then the sampler forces `end_ids` (the

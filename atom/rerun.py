@@ -32,14 +32,8 @@ from atom.events import (
     ToolCallStarted,
 )
 from atom.legacy import plan_of
-from atom.plan import Endpoint
+from atom.plan import GENERATION_PATHS, Endpoint
 
-PATHS = {
-    Endpoint.CHAT: "/v1/chat/completions",
-    Endpoint.COMPLETIONS: "/v1/completions",
-    Endpoint.MESSAGES: "/v1/messages",
-    Endpoint.RESPONSES: "/v1/responses",
-}
 BY_CHOICE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
 
 
@@ -82,7 +76,7 @@ def recorded_requests(envelopes: Iterable[Envelope]) -> list[Recorded]:
     ended: dict[str, int] = {}
     for envelope in envelopes:
         event = envelope.event
-        if isinstance(event, RequestReceived) and event.endpoint in PATHS:
+        if isinstance(event, RequestReceived) and event.endpoint in GENERATION_PATHS:
             started[event.request_id] = (event, envelope.at)
             choices[event.request_id] = {}
         elif getattr(event, "request_id", None) in started:
@@ -258,7 +252,8 @@ class Rerun:
         try:
             body = {**item.body, "stream": False}
             body.pop("stream_options", None)
-            response = await client.post(PATHS[item.endpoint], json=body, headers=self.headers)
+            path = GENERATION_PATHS[item.endpoint]
+            response = await client.post(path, json=body, headers=self.headers)
             answer = response.json() if response.status_code == 200 else None
             verdicts[item.request_id] = compare(item, response.status_code, answer)
         finally:

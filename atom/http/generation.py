@@ -30,19 +30,13 @@ from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
-from atom.plan import Endpoint
+from atom.plan import GENERATION_PATHS, Endpoint
 from atom.wire import Output, dumps
 from atom.wire_responses import ResponsesBodyRenderer
 
 B = TypeVar("B", bound=RoutedBody)
 
-ROUTES = {
-    "/v1/chat/completions": Endpoint.CHAT,
-    "/v1/completions": Endpoint.COMPLETIONS,
-    "/v1/messages": Endpoint.MESSAGES,
-    "/v1/responses": Endpoint.RESPONSES,
-}
-PATHS = {endpoint: path for path, endpoint in ROUTES.items()}
+ROUTES = {path: endpoint for endpoint, path in GENERATION_PATHS.items()}
 
 
 async def serve_generation(
@@ -143,7 +137,7 @@ class Adapter(Generic[B]):
         self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any], client_id: str | None
     ) -> tuple[EngineCore, GenerationRequest]:
         body = parse(self.schema, payload)
-        core = engine.generation(body.model, PATHS[endpoint])
+        core = engine.generation(body.model, GENERATION_PATHS[endpoint])
         planned = self.plan(engine.settings, core, body)
         request_id = self.id_prefix + (client_id or uuid.uuid4().hex)
         received = RequestReceived(
