@@ -13,7 +13,7 @@ from atom.model.forward.int8 import Int8Linear
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
 from atom.model.loader import default_model_path
-from tests.model.tiny import cpu_ops, tiny_model
+from tests.model.tiny import KERNEL_ISAS, cpu_ops, kernel_isa, tiny_model
 
 
 def q4_1_weights(rows: int, width: int, seed: int) -> torch.Tensor:
@@ -55,15 +55,23 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     return (out if bias is None else out + bias.double()).float()
 
 
+# widths of 1 to 19 blocks: groups of four, a pair and a block alone after them
+WIDTHS = [(32, False), (64, False), (96, True), (160, True), (608, False)]
+
+
+@pytest.mark.parametrize("isa", KERNEL_ISAS)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 70])  # groups of 4, blocks of 32
-@pytest.mark.parametrize(("width", "bias"), [(64, False), (96, True), (608, False)])
-def test_int4_linear_matches_the_same_arithmetic(rows: int, width: int, bias: bool) -> None:
+@pytest.mark.parametrize(("width", "bias"), WIDTHS)
+def test_int4_linear_matches_the_same_arithmetic(
+    isa: str, rows: int, width: int, bias: bool
+) -> None:
     gen = torch.Generator().manual_seed(rows * width)
     weight = q4_1_weights(40, width, seed=rows)
     b = torch.randn(40, generator=gen) if bias else None
     x = torch.randn(1, rows, width, generator=gen)
     blocks, _ = quantize_blocks(weight)
-    got = cpu_ops().int4_linear(x, blocks, b)
+    with kernel_isa(isa):
+        got = cpu_ops().int4_linear(x, blocks, b)
     assert got.shape == (1, rows, 40)
     torch.testing.assert_close(got[0], reference(x[0], weight, b), rtol=1e-4, atol=1e-4)
     exact = x[0] @ weight.T + (0 if b is None else b)

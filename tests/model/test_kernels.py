@@ -5,6 +5,8 @@ layer operators vs `TorchOps`."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import torch
 
 from atom.config import Settings
 from atom.model.forward.attention import GatherDecode, KernelDecode, Scoring
-from atom.model.forward.kernels import _drop_stale_lock, cpu_ops
+from atom.model.forward.kernels import X86, _cpu_flags, _drop_stale_lock, cpu_ops
 from atom.model.forward.operators import TorchOps
 from tests.model.tiny import cpu_ops as built_ops
 
@@ -96,6 +98,36 @@ def test_mode_choice() -> None:
         cpu_ops("fast", device="cpu", dtype=torch.float32, cache_dir=cache)
     with pytest.raises(ValueError, match="float32"):
         cpu_ops("on", device="cpu", dtype=torch.bfloat16, cache_dir=cache)
+
+
+def test_the_int4_loops_run_on_the_best_instruction_set_the_cpu_has() -> None:
+    """One build serves every x86 CPU with AVX2; AVX-512 with VNNI is used where the
+    CPU lists it (the OS check is the compiler runtime's), never AMX."""
+    flags = _cpu_flags()
+    wide = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags
+    assert built_ops().kernel_isa() == ("avx512_vnni" if wide else "avx2")
+    with pytest.raises(RuntimeError, match="one of avx2, avx512_vnni"):
+        built_ops().set_kernel_isa("amx")
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or not X86, reason="needs objdump, x86")
+def test_the_build_keeps_avx512_inside_its_own_loops_and_has_no_amx() -> None:
+    """A CPU without AVX-512 must never meet one of its instructions: each function
+    using 512-bit registers is one of the AVX-512 loops, chosen at run time."""
+    listing = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", built_ops().__file__],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    function, wide = "", set()
+    for line in listing.splitlines():
+        if line.endswith(">:"):
+            function = line.split("<", 1)[1]
+        elif "%zmm" in line:
+            wide.add(function)
+        assert not any(amx in line for amx in ("tilecfg", "tileload", "tdpb")), line
+    assert wide and all("avx512" in name for name in wide), wide
 
 
 def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path: Path) -> None:

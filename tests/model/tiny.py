@@ -3,9 +3,12 @@ runs prompts through the Scheduler and a Runner to the end."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -43,6 +46,23 @@ def tiny_model(config_cls: Any, **overrides: Any) -> Any:
 def cpu_ops() -> Any:
     """ATOM's CPU kernels, built once per machine into the default cache dir."""
     return load_cpu_ops(Settings().cache_dir)
+
+
+KERNEL_ISAS = ("avx2", "avx512_vnni")
+
+
+@contextlib.contextmanager
+def kernel_isa(name: str) -> Iterator[None]:
+    """The kernels' int4 loops on instruction set `name` (skips when the CPU lacks it)."""
+    ops = cpu_ops()
+    try:
+        before = ops.set_kernel_isa(name)
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    try:
+        yield
+    finally:
+        ops.set_kernel_isa(before)
 
 
 def torch_runner(

@@ -6,23 +6,27 @@
   from the paged KV cache. The torch fallback gathers each sequence's K/V into a
   padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
   ~2x the kernel per layer (docs/performance.md).
-- `int8_linear` and `int4_linear` (`linear.cpp`) multiply activation rows by int8
-  rows (one scale each) or GGUF Q4_1 blocks, streaming the weights once per 32 rows:
-  batch-1 decode is bound by reading them (~23-25 GB/s here for int8, against ~16
-  for torch's fbgemm and ~11 for float32 MKL).
+- `int8_linear` (`linear.cpp`) and `int4_linear` (`int4.cpp`, its loops in
+  `q4_kernel.inc`) multiply activation rows by int8 rows (one scale each) or GGUF
+  Q4_1 blocks, streaming the weights once per 32 rows: batch-1 decode is bound by
+  reading them (docs/performance.md has the rates, `python -m bench.kernels`
+  measures them).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
 
-The build (~50 s, once per machine and source version) lands under
-`<cache_dir>/kernels`; it is tuned for the host CPU (`-march=native`), so the
-folder name carries a fingerprint of the CPU's flags, the sources and the torch
-build. A build is announced (`cpu_kernels_building`, then `cpu_kernels_built`).
+The build (~60 s, once per source version) lands under `<cache_dir>/kernels`, in a
+folder named by a fingerprint of the sources, the flags and the torch build. On
+x86 one build serves every CPU with AVX2 (`-march=x86-64-v3`): the int4 loops are
+compiled for AVX2 and for AVX-512 with VNNI, and `kernel_isa()` picks one at run
+time from what the CPU and the OS support. No kernel uses AMX. A build is announced
+(`cpu_kernels_building`, then `cpu_kernels_built`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import sys
 import time
@@ -49,9 +53,24 @@ class ProjectionKind(IntEnum):
 
 
 SOURCES = tuple(
-    CSRC / name for name in ("attention.cpp", "linear.cpp", "layer.cpp", "stack.cpp", "module.cpp")
+    CSRC / name
+    for name in (
+        "attention.cpp",
+        "linear.cpp",
+        "int4.cpp",
+        "q4_avx2.cpp",
+        "q4_avx512.cpp",
+        "layer.cpp",
+        "stack.cpp",
+        "module.cpp",
+    )
 )
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]  # fast-math: vector expf
+HEADERS = tuple(CSRC / name for name in ("ops.h", "q4.h", "q4_kernel.inc"))
+X86 = platform.machine() in ("x86_64", "AMD64")
+# x86: one build for every CPU with AVX2 (x86-64-v3); the AVX-512 loops are compiled
+# beside the AVX2 ones and chosen at run time (csrc/int4.cpp). Elsewhere: this CPU's.
+CFLAGS = ["-O3", "-march=x86-64-v3" if X86 else "-march=native", "-fopenmp", "-ffast-math"]
+X86_NEEDS = ("avx2", "fma", "f16c")  # what x86-64-v3 code uses of the CPU's flags
 MODES = ("auto", "on", "off")
 
 
@@ -59,6 +78,9 @@ def load_cpu_ops(cache_dir: str) -> Any:
     """Build (or reuse) and import the kernels module; raises when there is no compiler."""
     from torch.utils.cpp_extension import load
 
+    missing = [flag for flag in X86_NEEDS if flag not in _cpu_flags()] if X86 else []
+    if missing:
+        raise RuntimeError(f"this CPU lacks {', '.join(missing)}, which the kernels need")
     _ensure_ninja()
     name = f"atom_cpu_ops_{_fingerprint()}"
     build = Path(cache_dir) / "kernels" / name
@@ -120,17 +142,22 @@ def _ensure_ninja() -> None:
         os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def _fingerprint() -> str:
-    """CPU flags, sources, compiler flags, and the torch and Python the module links
-    against: a second environment with another torch must not load this build."""
-    import torch
-
+def _cpu_flags() -> set[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        text = ""
-    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    source = b"".join(path.read_bytes() for path in (*SOURCES, CSRC / "ops.h"))
+        return set()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def _fingerprint() -> str:
+    """Sources, compiler flags (off x86, the CPU's flags too: -march=native), and the
+    torch and Python the module links against: another torch must not load this build."""
+    import torch
+
+    flags = "" if X86 else " ".join(sorted(_cpu_flags()))
+    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     build = f"{' '.join(CFLAGS)} torch {torch.__version__} python {sys.version_info[:2]}"
     return hashlib.sha256(flags.encode() + source + build.encode()).hexdigest()[:12]
 

@@ -1,10 +1,12 @@
 // ATOM's CPU kernels (float32 activations), built on first use by atom/model/forward/kernels.py:
 // decode attention over the paged cache (attention.cpp), int8/int4-weight products for
-// a few rows (linear.cpp), the fused small operators of ATOM's forward (layer.cpp).
+// a few rows (linear.cpp, int4.cpp), the fused small operators of ATOM's forward (layer.cpp).
 // module.cpp binds them to Python.
 #pragma once
 
 #include <torch/types.h>
+
+#include <string>
 
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
@@ -15,6 +17,12 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor s
 
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
                           c10::optional<torch::Tensor> bias);
+
+// The instruction set int4_linear's loops use ("avx2" or "avx512_vnni"), chosen from
+// what the CPU and the OS support; set_kernel_isa overrides it (tests, benchmarks)
+// and returns the one before.
+std::string kernel_isa();
+std::string set_kernel_isa(const std::string& name);
 
 torch::Tensor add_rms_norm(torch::Tensor x, c10::optional<torch::Tensor> delta,
                            torch::Tensor weight, double eps);

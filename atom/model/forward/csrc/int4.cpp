@@ -1,0 +1,131 @@
+// int4_linear: y = x · Wᵀ + bias for any number of rows of x, with W in 4-bit blocks of
+// 32 weights along each row, GGUF's Q4_1 blocks: a float16 scale d, a float16 minimum
+// m and 32 nibbles q, a weight being d * q + m. A row of K weights is stored as its
+// K / 32 scales, then its K / 32 minimums, then the nibbles, 16 bytes a block (byte j:
+// weight j low, weight j + 16 high): 0.625 bytes a weight, one stream per row.
+//
+// The rows of x are quantized per 32-block to int8 (scale dx) and summed in float
+// (sx), so a block contributes d * dx * Σ q·xq + m * sx. They are stored in the order
+// the nibbles unpack to (q4_x_index), so the inner loops (q4_kernel.inc) load them
+// straight. Those loops exist for AVX2 and for AVX-512 with VNNI; which one runs is
+// decided once, from what the CPU and the OS support (kernel_isa).
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "ops.h"
+#include "q4.h"
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+constexpr int64_t kBlockBytes = 20;
+constexpr int64_t kRowBlock = 32;  // rows of x per pass over the weights (kept in L2)
+
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale, scale_lanes, sum;
+};
+
+QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K) {
+  const int64_t nb = K / kBlock;
+  QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
+                    std::vector<float>(M * nb * 4), std::vector<float>(M * nb)};
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + m * K + b * kBlock;
+      float amax = 0.f, sum = 0.f;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        amax = std::max(amax, std::fabs(xb[i]));
+        sum += xb[i];
+      }
+      const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+      int8_t* q = out.q.data() + m * K;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        q[q4_x_index(b, i, nb)] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+      }
+      out.scale[m * nb + b] = d;
+      std::fill_n(out.scale_lanes.begin() + (m * nb + b) * 4, 4, d);
+      out.sum[m * nb + b] = sum;
+    }
+  }
+  return out;
+}
+
+using Chunk = void (*)(const Q4Job&, int64_t, int64_t);
+
+bool has_avx512_vnni() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // also checks that the OS saves the AVX-512 registers
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> chosen{-1};  // -1: not decided yet; else an index of kIsas
+
+constexpr const char* kIsas[] = {"avx2", "avx512_vnni"};
+constexpr Chunk kChunks[] = {q4_chunk_avx2, q4_chunk_avx512};
+
+int isa_index() {
+  int i = chosen.load();
+  if (i < 0) {
+    i = has_avx512_vnni() ? 1 : 0;
+    chosen.store(i);
+  }
+  return i;
+}
+
+}  // namespace
+
+std::string kernel_isa() { return kIsas[isa_index()]; }
+
+std::string set_kernel_isa(const std::string& name) {
+  const std::string before = kernel_isa();
+  for (int i = 0; i < 2; ++i) {
+    if (name == kIsas[i]) {
+      TORCH_CHECK(i == 0 || has_avx512_vnni(), "set_kernel_isa: this CPU has no ", name);
+      chosen.store(i);
+      return before;
+    }
+  }
+  TORCH_CHECK(false, "set_kernel_isa: one of avx2, avx512_vnni, not ", name);
+}
+
+// blocks: uint8 [N, K / 32 * 20] (see above); x float32 [..., K].
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
+                          c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && blocks.scalar_type() == torch::kUInt8 &&
+                  blocks.is_contiguous(),
+              "int4_linear: float32 x, contiguous uint8 blocks");
+  const int64_t K = x.size(-1), N = blocks.size(0);
+  TORCH_CHECK(K % kBlock == 0 && blocks.size(1) == K / kBlock * kBlockBytes,
+              "int4_linear: blocks of 32 weights along the input");
+  auto flat = x.reshape({-1, K}).contiguous();
+  const int64_t M = flat.size(0), nb = K / kBlock;
+  const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K);
+  auto out = torch::empty({M, N}, flat.options());
+  const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
+  const Chunk chunk = kChunks[isa_index()];
+  for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+    const Q4Job job{blocks.data_ptr<uint8_t>(),
+                    xq.q.data() + m0 * K,
+                    xq.scale.data() + m0 * nb,
+                    xq.scale_lanes.data() + m0 * nb * 4,
+                    xq.sum.data() + m0 * nb,
+                    b.defined() ? b.data_ptr<float>() : nullptr,
+                    out.data_ptr<float>() + m0 * N,
+                    std::min(kRowBlock, M - m0),
+                    N,
+                    K};
+    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) { chunk(job, begin, end); });
+  }
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return out.view(sizes);
+}

@@ -1,0 +1,76 @@
+"""In-process decode step of the default model: `python -m bench.step [--batch 1 16]`.
+
+Loads the model as the server would (ATOM_* variables apply: `ATOM_QUANTIZATION=int4`),
+prefills `batch` sequences of `--context` tokens through the Scheduler, then times
+`--steps` decode steps of all of them; prints the median step in ms per batch size.
+No HTTP and no event loop: the forward, sampling and the runner's bookkeeping only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from atom.config import Settings
+from atom.events import SamplingParams, Submit
+from atom.model.loader import load_runtime
+from atom.model.runner import Runner
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
+from bench.run import machine
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)
+
+
+def decode_steps(runner: Runner, settings: Settings, batch: int, context: int, steps: int) -> float:
+    """The median decode step (ms) of `batch` sequences that hold `context` tokens."""
+    kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=settings.block_size)
+    scheduler = Scheduler(
+        kv=kv,
+        max_num_seqs=batch,
+        max_num_batched_tokens=max(2048, context),
+        eos_token_ids=frozenset(),
+        max_model_len=context + steps + 8,
+    )
+    for i in range(batch):
+        prompt = tuple((i * 31 + j * 7) % 4000 + 100 for j in range(context))
+        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=PARAMS))
+    times: list[float] = []
+    while len(times) < steps + 2:
+        plan = scheduler.schedule()
+        began = time.perf_counter()
+        sampled = runner.step(plan)
+        if all(len(c.token_ids) == 1 for c in plan.chunks):  # decode only
+            times.append(time.perf_counter() - began)
+        scheduler.update(plan, sampled)
+    for i in range(batch):
+        seq_id = f"{i}/0"
+        scheduler.remove(seq_id)
+        runner.release(seq_id)
+    return statistics.median(times[2:]) * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--steps", type=int, default=20)
+    args = p.parse_args()
+    settings = Settings.from_env()
+    runtime = load_runtime(settings)
+    report = {
+        "machine": machine(),
+        "model": dict(runtime.description),
+        "context": args.context,
+        "step_ms": {
+            str(b): round(decode_steps(runtime.runner, settings, b, args.context, args.steps), 2)
+            for b in args.batch
+        },
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
