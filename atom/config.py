@@ -25,7 +25,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
-    quantization: str | None = None
+    quantization: str = "auto"
     cpu_kernels: str = "auto"
     model_impl: str = "auto"
     tool_call_parser: str | None = None
@@ -107,7 +107,8 @@ HELP = {
     "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
     "gpu_memory_utilization": "CUDA: share of device memory the process may use",
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
-    "quantization": "CPU weights: int8 or int4 (default: off)",
+    "quantization": "CPU weights: auto (a GGUF's quantized tensors on integer kernels in "
+    "their own block format), off (float32), int8 or int4",
     "cpu_kernels": "ATOM's C++ CPU kernels: auto, on or off",
     "model_impl": "forward implementation: auto, atom or transformers",
     "tool_call_parser": "tool-call parser name (docs/parsers.md)",

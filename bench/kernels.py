@@ -1,9 +1,10 @@
 """Kernel micro-benchmark: `python -m bench.kernels [--rows 1 2 4 8 16 32 64]`.
 
-Times ATOM's weight products on the default model's layer shapes, as a decode step
-runs them (every layer's own weights, so nothing is served from cache a layer
-earlier than a real step would be), and prints the bytes of weights streamed per
-second against the machine's measured read bandwidth. The floor of a batch-1 decode
+Times ATOM's weight products on the default model's shapes, as a decode step runs
+them (every layer's own weights, so nothing is served from cache a layer earlier
+than a real step would be): the 120 layer products (`int4`, `int8`) and the output
+projection (`q8`, `int8-head`); prints the bytes of weights streamed per second
+against the machine's measured read bandwidth. The floor of a batch-1 decode
 step is its weight bytes over that bandwidth.
 """
 
@@ -18,15 +19,26 @@ from typing import Any
 import torch
 
 from atom.config import Settings
-from atom.model.forward.int4 import quantize_blocks
+from atom.model.forward.int4 import quantize_blocks as q4_blocks
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
+from atom.model.forward.q8 import quantize_blocks as q8_blocks
 from bench.run import machine
 
 # SmolLM2-135M: hidden 576, MLP 1536, 30 layers, q/k/v fused (9 + 2 * 3 heads of 64),
 # gate/up fused; (output features, input features) of each product of a layer.
-LAYER_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
+Shape = tuple[int, int]
+LAYER_SHAPES: tuple[Shape, ...] = ((960, 576), (576, 576), (3072, 576), (576, 1536))
 LAYERS = 30
+OUTPUT_SHAPE: Shape = (49152, 576)  # the output projection (tied to the token embedding)
+# what each kernel is timed on: "int4" and "int8" the 120 layer products of a step,
+# "q8" and "int8-head" the output projection (int4's and int8's forms of it)
+WORKLOADS: dict[str, tuple[str, list[tuple[Shape, ...]]]] = {
+    "int4": ("int4", [LAYER_SHAPES] * LAYERS),
+    "int8": ("int8", [LAYER_SHAPES] * LAYERS),
+    "q8": ("q8", [(OUTPUT_SHAPE,)]),
+    "int8-head": ("int8", [(OUTPUT_SHAPE,)]),
+}
 
 
 def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
@@ -50,18 +62,19 @@ def best_time(call: Callable[[], Any], repeats: int) -> float:
     return best
 
 
-def step_products(ops: Any, kind: str) -> tuple[list[tuple[Any, ...]], int]:
-    """Each product of a step's 30 layers as (kernel, input features, weight arguments),
-    and the bytes of all their weights."""
+def step_products(ops: Any, workload: str) -> tuple[list[tuple[Any, ...]], int]:
+    """Each product of a workload as (kernel, input features, weight arguments), and the
+    bytes of all their weights."""
     torch.manual_seed(0)
     products: list[tuple[Any, ...]] = []
     total = 0
-    for _ in range(LAYERS):
-        for n, k in LAYER_SHAPES:
+    kind, layers = WORKLOADS[workload]
+    for shapes in layers:
+        for n, k in shapes:
             weight = torch.randn(n, k) * 0.05
-            if kind == "int4":
-                blocks, _ = quantize_blocks(weight)
-                products.append((ops.int4_linear, k, blocks, None))
+            if kind in ("int4", "q8"):
+                blocks, _ = (q4_blocks if kind == "int4" else q8_blocks)(weight)
+                products.append((getattr(ops, f"{kind}_linear"), k, blocks, None))
                 total += blocks.numel()
             else:
                 values, scales = quantize_rows(weight)
@@ -72,7 +85,7 @@ def step_products(ops: Any, kind: str) -> tuple[list[tuple[Any, ...]], int]:
 
 def measure(ops: Any, kind: str, rows: list[int], repeats: int) -> list[dict[str, Any]]:
     products, weight_bytes = step_products(ops, kind)
-    inputs = {k: {m: torch.randn(m, k) for m in rows} for _, k in LAYER_SHAPES}
+    inputs = {k: {m: torch.randn(m, k) for m in rows} for _, k, *_ in products}
     results = []
     for m in rows:
 
@@ -96,7 +109,7 @@ def measure(ops: Any, kind: str, rows: list[int], repeats: int) -> list[dict[str
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
-    p.add_argument("--kernels", nargs="+", default=["int4", "int8"])
+    p.add_argument("--kernels", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--isa", nargs="+", default=[], help="int4 loops to time (default: the chosen)")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", help="write the JSON here too")
@@ -106,7 +119,7 @@ def main() -> None:
     chosen = ops.kernel_isa()
     results = []
     for kind in args.kernels:
-        for isa in args.isa if kind == "int4" and args.isa else [chosen]:
+        for isa in args.isa if kind in ("int4", "q8") and args.isa else [chosen]:
             ops.set_kernel_isa(isa)
             results += [{"isa": isa, **r} for r in measure(ops, kind, args.rows, args.repeats)]
     ops.set_kernel_isa(chosen)

@@ -62,7 +62,7 @@ async def record(log_path: Path, num_requests: int) -> None:
 
 
 async def rerun(log_path: Path, quantization: str) -> list[Any]:
-    app = create_app(Settings(quantization=None if quantization == "off" else quantization))
+    app = create_app(Settings(quantization=quantization))
     async with serving(app) as url:
         await wait_ready(app, timeout_s=600)
         recorded = recorded_requests(read_log(log_path))

@@ -45,7 +45,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--int8", action="store_true")
     args = p.parse_args()
-    runtime = load_runtime(Settings(quantization="int8" if args.int8 else None))
+    runtime = load_runtime(Settings(quantization="int8" if args.int8 else "off"))
     runner = runtime.runner
     blocks_per_seq = (args.context + args.steps + 16) // runner.block_size + 1
     prompt = tuple(range(1000, 1000 + args.context))

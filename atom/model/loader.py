@@ -160,7 +160,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         dtype=getattr(torch, dtype_name),
         cache_dir=settings.cache_dir,
     )
-    loaded, model = _forward_model(settings, source, device, dtype_name, ops)
+    loaded, model, forms = _forward_model(settings, source, device, dtype_name, ops)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     runner = TorchRunner(
@@ -176,9 +176,9 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "source": loaded.source,
         "device": device,
         "dtype": dtype_name,
-        "quantization": settings.quantization or "off",
+        "quantization": describe(settings.quantization, forms),
         "model_impl": "transformers" if model is loaded.model else "atom",
-        "cpu_kernels": "on" if ops is not None else "off",
+        "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "kv_cache_bytes": str(num_blocks * per_block),
     }
     log.info("model_loaded", **description)
@@ -200,15 +200,16 @@ def _load_weights(
     """The served model built again from the weights at `path` (POST
     /update_weights_from_disk, a wake-up after a level-2 sleep); ValueError unless every
     tensor has the served model's name, shape and dtype."""
-    _, model = _forward_model(settings, path, device, dtype_name, ops)
+    _, model, _ = _forward_model(settings, path, device, dtype_name, ops)
     check_same_tensors(tensor_shapes(model), served)
     return model
 
 
 def _forward_model(
     settings: Settings, source: str, device: str, dtype_name: str, ops: Any
-) -> tuple[LoadedModel, Any]:
-    """The weights at `source` loaded, behind ATOM's forward and quantized as `settings` say."""
+) -> tuple[LoadedModel, Any, dict[str, str]]:
+    """The weights at `source` loaded, behind ATOM's forward and quantized as `settings`
+    say; with the form each layer kind took (`quantize`'s answer)."""
     import torch
 
     from atom.model.forward.llama_forward import own_forward
@@ -222,9 +223,26 @@ def _forward_model(
         max_model_len=settings.max_model_len,
     )
     model = own_forward(loaded.model, settings.model_impl, kernels=ops)
-    if settings.quantization is not None:
-        quantize(model, settings.quantization, device, kernels=ops)
-    return loaded, model
+    types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
+    forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=types)
+    return loaded, model, forms
+
+
+def gguf_tensor_types(source: Path) -> dict[str, str] | None:
+    """Each tensor's GGUF type by name (`Q4_1`, `F32`, ...); None when `source` is no GGUF."""
+    if source.suffix != ".gguf":
+        return None
+    import gguf  # type: ignore[import-untyped]
+
+    reader = gguf.GGUFReader(str(source))
+    return {t.name: t.tensor_type.name for t in reader.tensors}
+
+
+def describe(method: str, forms: dict[str, str]) -> str:
+    """`--quantization` as resolved: "auto (qkv_proj Q4_1, lm_head Q8_0, ...)" or "off"."""
+    if not forms:
+        return "off" if method in ("auto", "off") else method
+    return f"{method} ({', '.join(f'{kind} {form}' for kind, form in forms.items())})"
 
 
 TensorShapes = dict[str, tuple[tuple[int, ...], str]]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.model.forward.int4 import Int4Linear, quantize_blocks
-from atom.model.forward.int8 import Int8Linear
+from atom.model.forward.blocks import Q4_1, Q8_0, BlockLinear
+from atom.model.forward.int4 import quantize_blocks
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
 from atom.model.loader import default_model_path
@@ -88,7 +88,7 @@ def test_a_row_gets_the_same_output_alone_and_among_many() -> None:
     fbgemm path, used before for more than 4 rows, took one range for the whole batch)."""
     linear = torch.nn.Linear(64, 24)
     linear.weight.data = q4_1_weights(24, 64, seed=3)
-    layer = Int4Linear(linear, cpu_ops().int4_linear)
+    layer = BlockLinear(linear, Q4_1, cpu_ops())
     x = torch.randn(40, 64, generator=torch.Generator().manual_seed(4))
     x[7] *= 1000  # an outlier row
     together = layer(x)
@@ -112,11 +112,14 @@ def test_int4_model_of_q4_1_weights_stays_close_to_float(config_cls: type) -> No
     assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
 
 
-def test_quantize_int4_keeps_the_output_projection_int8() -> None:
+def test_quantize_int4_puts_the_output_projection_in_q8_0_blocks() -> None:
     model = own_forward(tiny_model(LlamaConfig), "atom")
-    quantize(model, "int4", "cpu", kernels=cpu_ops())
-    assert isinstance(model.lm_head, Int8Linear)
-    assert sum(isinstance(m, Int4Linear) for m in model.modules()) == 2 * 4
+    forms = quantize(model, "int4", "cpu", kernels=cpu_ops())
+    kinds = ("down_proj", "gate_up_proj", "o_proj", "qkv_proj")
+    assert forms == {kind: "Q4_1" for kind in kinds} | {"lm_head": "Q8_0"}
+    assert isinstance(model.lm_head, BlockLinear) and model.lm_head.format is Q8_0
+    layers = [m for m in model.modules() if isinstance(m, BlockLinear) and m.format is Q4_1]
+    assert len(layers) == 2 * 4
     with pytest.raises(ValueError, match="needs ATOM's CPU kernels"):
         quantize(tiny_model(LlamaConfig), "int4", "cpu")
 

@@ -8,20 +8,15 @@ blocks at once). The default model ships as Q4_1, and a Q4_1 block's smallest an
 largest weights sit at q = 0 and q = 15, so re-quantizing its dequantized weights
 gives back those very blocks.
 
-Every product is ATOM's `int4_linear` kernel: integer dot products on activations
-quantized per 32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own
-block, the 4-bit rows streamed once for every 32 rows of activations.
+A layer of these blocks is a `blocks.BlockLinear` (format `Q4_1`): every product is
+ATOM's `int4_linear` kernel, integer dot products on activations quantized per
+32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own block, the
+4-bit rows streamed once for every 32 rows of activations.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import nn
-
-from atom.model.forward.int8 import Gemv
-from atom.model.forward.kernels import ProjectionKind
 
 BLOCK = 32
 BLOCK_BYTES = 20
@@ -41,27 +36,3 @@ def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = torch.cat(parts, dim=1).contiguous()  # a row: scales | minimums | nibbles
     dequantized = q.float() * step + minimum.float().unsqueeze(-1)
     return blocks, dequantized.reshape(rows, width)
-
-
-def supports(linear: nn.Linear) -> bool:
-    return linear.in_features % BLOCK == 0
-
-
-class Int4Linear(nn.Module):
-    def __init__(self, linear: nn.Linear, gemv: Gemv) -> None:
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self._blocks, _ = quantize_blocks(linear.weight)
-        self._bias = None if linear.bias is None else linear.bias.detach().float()
-        self._gemv = gemv
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._gemv(x, self._blocks, self._bias)
-
-    def projection(self, kernels: Any) -> Any:
-        """This layer as the kernels' `Projection`."""
-        return kernels.Projection(ProjectionKind.INT4, self._blocks, None, self._bias)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, block={BLOCK}"

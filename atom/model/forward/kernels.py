@@ -6,17 +6,17 @@
   from the paged KV cache. The torch fallback gathers each sequence's K/V into a
   padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
   ~2x the kernel per layer (docs/performance.md).
-- `int8_linear` (`linear.cpp`) and `int4_linear` (`int4.cpp`, its loops in
-  `q4_kernel.inc`) multiply activation rows by int8 rows (one scale each) or GGUF
-  Q4_1 blocks, streaming the weights once per 32 rows: batch-1 decode is bound by
-  reading them (docs/performance.md has the rates, `python -m bench.kernels`
-  measures them).
+- `int8_linear` (`linear.cpp`), `int4_linear` and `q8_linear` (`blocks.cpp`, their
+  loops in `loops.inc`) multiply activation rows by int8 rows (one scale each) or
+  GGUF Q4_1 / Q8_0 blocks, streaming the weights once per 32 rows: batch-1 decode is
+  bound by reading them (docs/performance.md has the rates, `python -m
+  bench.kernels` measures them).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
 
 The build (~60 s, once per source version) lands under `<cache_dir>/kernels`, in a
 folder named by a fingerprint of the sources, the flags and the torch build. On
-x86 one build serves every CPU with AVX2 (`-march=x86-64-v3`): the int4 loops are
+x86 one build serves every CPU with AVX2 (`-march=x86-64-v3`): the block loops are
 compiled for AVX2 and for AVX-512 with VNNI, and `kernel_isa()` picks one at run
 time from what the CPU and the OS support. No kernel uses AMX. A build is announced
 (`cpu_kernels_building`, then `cpu_kernels_built`).
@@ -50,6 +50,7 @@ class ProjectionKind(IntEnum):
     FLOAT = 0
     INT8 = 1
     INT4 = 2
+    Q8 = 3
 
 
 SOURCES = tuple(
@@ -57,15 +58,15 @@ SOURCES = tuple(
     for name in (
         "attention.cpp",
         "linear.cpp",
-        "int4.cpp",
-        "q4_avx2.cpp",
-        "q4_avx512.cpp",
+        "blocks.cpp",
+        "loops_avx2.cpp",
+        "loops_avx512.cpp",
         "layer.cpp",
         "stack.cpp",
         "module.cpp",
     )
 )
-HEADERS = tuple(CSRC / name for name in ("ops.h", "q4.h", "q4_kernel.inc"))
+HEADERS = tuple(CSRC / name for name in ("ops.h", "blocks.h", "loops.inc"))
 X86 = platform.machine() in ("x86_64", "AMD64")
 # x86: one build for every CPU with AVX2 (x86-64-v3); the AVX-512 loops are compiled
 # beside the AVX2 ones and chosen at run time (csrc/int4.cpp). Elsewhere: this CPU's.

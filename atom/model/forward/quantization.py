@@ -1,41 +1,130 @@
-"""`--quantization`: swaps a model's Linear layers for int8 or int4 ones, in place (CPU)."""
+"""`--quantization`: which weight form each Linear layer of a model takes (CPU).
+
+- `auto` (the default): a GGUF's quantized tensors run on the integer kernels of the
+  format they ship in: Q4_1 and Q8_0 as they are; the types without a kernel yet
+  (Q4_0, the K-quants, ...) as Q8_0 blocks of their dequantized weights; float tensors
+  stay float. A fused projection (q/k/v, gate/up) takes the most precise form among
+  its parts. Weights from safetensors stay float32, and everything stays as loaded
+  without the CPU kernels or on CUDA.
+- `off`: float32.
+- `int8`: every Linear int8, one scale a row (`int8.py`).
+- `int4`: every Linear with a width of a multiple of 32 in Q4_1 blocks, the output
+  projection in Q8_0 blocks; others int8.
+
+`quantize` swaps the layers in place and returns what it chose, by layer kind
+(`qkv_proj`, `lm_head`, ...), for the start-up log and the model's description.
+"""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from atom.model.forward import int4
+from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.int8 import Int8Linear
 
-METHODS = ("int8", "int4")
+METHODS = ("auto", "off", "int8", "int4")
+FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
+# transformers' Linear names (and ATOM's fused ones) -> the GGUF tensors they come from
+GGUF_PARTS = {
+    "q_proj": ("attn_q",),
+    "k_proj": ("attn_k",),
+    "v_proj": ("attn_v",),
+    "qkv_proj": ("attn_q", "attn_k", "attn_v"),
+    "o_proj": ("attn_output",),
+    "gate_proj": ("ffn_gate",),
+    "up_proj": ("ffn_up",),
+    "gate_up_proj": ("ffn_gate", "ffn_up"),
+    "down_proj": ("ffn_down",),
+}
+LAYER = re.compile(r"layers\.(\d+)\.")
 
 
-def quantize(model: Any, method: str, device: str, kernels: Any = None) -> None:
-    """Replace every nn.Linear of `model` (`kernels`: ATOM's CPU kernels module, which
-    int4 needs and int8 uses for one or two rows). With int4 the output projection
-    (`lm_head`) and layers whose width is not a multiple of 32 stay int8."""
+def quantize(
+    model: Any,
+    method: str,
+    device: str,
+    kernels: Any = None,
+    gguf_types: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Swap `model`'s Linear layers as `method` says (`kernels`: ATOM's CPU kernels
+    module; `gguf_types`: the source GGUF's tensor types by tensor name). Returns the
+    form each layer kind took, e.g. {"qkv_proj": "Q4_1", "lm_head": "Q8_0 (from Q6_K)"}."""
     if method not in METHODS:
         raise ValueError(f"unknown --quantization {method!r} (one of {', '.join(METHODS)})")
+    if method == "off" or (method == "auto" and (gguf_types is None or kernels is None)):
+        return {}
     if not device.startswith("cpu"):
+        if method == "auto":
+            return {}
         raise ValueError(f"--quantization {method} runs on CPU only; on CUDA use bfloat16")
     if method == "int4" and kernels is None:
         raise ValueError("--quantization int4 needs ATOM's CPU kernels (--cpu-kernels)")
     if "x86" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "x86"
-    head = getattr(model, "lm_head", None)
-    gemv8 = None if kernels is None else kernels.int8_linear
-    gemv4 = None if method == "int8" else kernels.int4_linear
+    chosen: Counter[tuple[str, str]] = Counter()
+    for name, parent, child in _linears(model):
+        kind = name.rsplit(".", 1)[-1]
+        if method == "auto":
+            assert gguf_types is not None
+            layer, form = _from_gguf(name, kind, child, gguf_types, kernels)
+        else:
+            layer, form = _by_method(method, kind, child, kernels)
+        if layer is not child:
+            setattr(parent, kind, layer)
+        chosen[(kind, form)] += 1
+    kinds = sorted({kind for kind, _ in chosen})
+    return {kind: _forms_of(kind, chosen) for kind in kinds}
 
-    def replace(module: nn.Module) -> None:
-        for name, child in module.named_children():
-            if not isinstance(child, nn.Linear):
-                replace(child)
-            elif gemv4 is not None and child is not head and int4.supports(child):
-                setattr(module, name, int4.Int4Linear(child, gemv4))
-            else:
-                setattr(module, name, Int8Linear(child, gemv8))
 
-    replace(model)
+def _forms_of(kind: str, chosen: Counter[tuple[str, str]]) -> str:
+    """ "Q4_1", or with counts where layers of one kind differ: "29 Q4_1, 1 Q8_0"."""
+    forms = sorted((form, n) for (k, form), n in chosen.items() if k == kind)
+    return forms[0][0] if len(forms) == 1 else ", ".join(f"{n} {form}" for form, n in forms)
+
+
+def _linears(model: nn.Module) -> list[tuple[str, nn.Module, nn.Linear]]:
+    return [
+        (f"{prefix}.{name}".lstrip("."), parent, child)
+        for prefix, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear)
+    ]
+
+
+def _by_method(method: str, kind: str, linear: nn.Linear, kernels: Any) -> tuple[nn.Module, str]:
+    fmt = Q8_0 if kind == "lm_head" else Q4_1
+    if method == "int4" and fmt.supports(linear):
+        return BlockLinear(linear, fmt, kernels), fmt.name
+    gemv = None if kernels is None else kernels.int8_linear
+    return Int8Linear(linear, gemv), "int8"
+
+
+def _from_gguf(
+    name: str, kind: str, linear: nn.Linear, types: Mapping[str, str], kernels: Any
+) -> tuple[nn.Module, str]:
+    """The layer in the form its GGUF tensors ship in (the module docstring's rules)."""
+    shipped = sorted({types.get(t, "F32") for t in _gguf_names(name, kind, types)})
+    if not shipped or any(t in FLOAT_TYPES for t in shipped):
+        return linear, "float"
+    fmt: BlockFormat = Q4_1 if shipped == ["Q4_1"] else Q8_0
+    if not fmt.supports(linear):
+        return linear, "float"
+    native = shipped == [fmt.name]
+    form = fmt.name if native else f"{fmt.name} (from {'+'.join(shipped)})"
+    return BlockLinear(linear, fmt, kernels), form
+
+
+def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:
+    """The GGUF tensors a Linear's weights came from (llama.cpp's names)."""
+    if kind == "lm_head":  # a tied output projection is the token embedding
+        return ["output.weight" if "output.weight" in types else "token_embd.weight"]
+    layer = LAYER.search(name)
+    if layer is None or kind not in GGUF_PARTS:
+        return []
+    return [f"blk.{layer.group(1)}.{part}.weight" for part in GGUF_PARTS[kind]]

@@ -11,7 +11,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int8_linear", &int8_linear, "int8-weight linear for up to 4 rows (CPU)", release());
   m.def("int4_linear", &int4_linear, "4-bit block weights linear, any rows (CPU)",
         release());
-  m.def("kernel_isa", &kernel_isa, "the instruction set int4_linear runs on");
+  m.def("q8_linear", &q8_linear, "Q8_0 block weights linear, any rows (CPU)", release());
+  m.def("kernel_isa", &kernel_isa, "the instruction set the block products run on");
   m.def("set_kernel_isa", &set_kernel_isa, "use avx2 or avx512_vnni; returns the one before");
   m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm (CPU, float32)");
   m.def("rope_write", &rope_write, "rotary on q/k in place + K/V cache write (CPU, float32)");

@@ -1,6 +1,6 @@
 // ATOM's CPU kernels (float32 activations), built on first use by atom/model/forward/kernels.py:
 // decode attention over the paged cache (attention.cpp), int8/int4-weight products for
-// a few rows (linear.cpp, int4.cpp), the fused small operators of ATOM's forward (layer.cpp).
+// a few rows (linear.cpp, blocks.cpp), the fused small operators of ATOM's forward (layer.cpp).
 // module.cpp binds them to Python.
 #pragma once
 
@@ -18,7 +18,9 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor s
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
                           c10::optional<torch::Tensor> bias);
 
-// The instruction set int4_linear's loops use ("avx2" or "avx512_vnni"), chosen from
+torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<torch::Tensor> bias);
+
+// The instruction set the block products' loops use ("avx2" or "avx512_vnni"), chosen from
 // what the CPU and the OS support; set_kernel_isa overrides it (tests, benchmarks)
 // and returns the one before.
 std::string kernel_isa();
@@ -34,9 +36,9 @@ torch::Tensor silu_mul(torch::Tensor gate_up);
 
 // One weight matrix of a decoder layer, in one of the formats the kernels take.
 struct Projection {
-  enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2 };
+  enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2, kQ8 = 3 };
   int64_t kind;
-  torch::Tensor weight;  // float [N, K], int8 [N, K] (with `scale` [N]) or int4 blocks
+  torch::Tensor weight;  // float [N, K], int8 [N, K] (with `scale` [N]), Q4_1 or Q8_0 blocks
   c10::optional<torch::Tensor> scale;
   c10::optional<torch::Tensor> bias;
   torch::Tensor operator()(const torch::Tensor& x) const;

@@ -1,0 +1,158 @@
+// Products with weights in GGUF block formats, any number of rows of x: y = x · Wᵀ + b.
+//
+// int4_linear: Q4_1 blocks of 32 weights along each row: a float16 scale d, a float16
+// minimum m and 32 nibbles q, a weight being d * q + m. A row of K weights is stored as
+// its K / 32 scales, then its K / 32 minimums, then the nibbles, 16 bytes a block
+// (byte j: weight j low, weight j + 16 high): 0.625 bytes a weight, one stream a row.
+//
+// q8_linear: Q8_0 blocks of 32: a float16 scale d and 32 int8 values q, a weight being
+// d * q. A row is stored as its K / 32 scales, then its values, each plus 128 (an
+// unsigned byte, which the VNNI dot product takes): 1.0625 bytes a weight.
+//
+// The rows of x are quantized per 32-block to int8 (scale dx), as llama.cpp's Q8_1,
+// so a block contributes d * dx * Σ q·xq (+ m * Σx for Q4_1), and stored in the order
+// the weights unpack to (q4_x_index for Q4_1), so the inner loops (loops.inc) load
+// them straight. Those loops exist for AVX2 and for AVX-512 with VNNI; which one runs
+// is decided once, from what the CPU and the OS support (kernel_isa).
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "blocks.h"
+#include "ops.h"
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+constexpr int64_t kRowBlock = 32;  // rows of x per pass over the weights (kept in L2)
+
+struct Format {
+  const char* name;
+  int64_t block_bytes, lanes;
+  bool q4_order;  // x in q4_x_index order (else plain)
+  BlockChunk chunks[2];  // by instruction set: avx2, avx512_vnni
+};
+
+constexpr Format kQ4_1{"Q4_1", 20, 4, true, {q4_chunk_avx2, q4_chunk_avx512}};
+constexpr Format kQ8_0{"Q8_0", 34, 8, false, {q8_chunk_avx2, q8_chunk_avx512}};
+
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale, scale_lanes, sum;
+  std::vector<int32_t> offsets;
+};
+
+QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
+  const int64_t nb = K / kBlock, lanes = format.lanes;
+  QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
+                    std::vector<float>(M * nb * lanes), std::vector<float>(M * nb),
+                    std::vector<int32_t>(M * nb * 8)};
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + m * K + b * kBlock;
+      float amax = 0.f, sum = 0.f;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        amax = std::max(amax, std::fabs(xb[i]));
+        sum += xb[i];
+      }
+      const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+      int8_t* q = out.q.data() + m * K;
+      int32_t q_sum = 0;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        const auto v = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+        q[format.q4_order ? q4_x_index(b, i, nb) : b * kBlock + i] = v;
+        q_sum += v;
+      }
+      out.scale[m * nb + b] = d;
+      std::fill_n(out.scale_lanes.begin() + (m * nb + b) * lanes, lanes, d);
+      out.sum[m * nb + b] = sum;
+      out.offsets[(m * nb + b) * 8] = -128 * q_sum;
+    }
+  }
+  return out;
+}
+
+bool has_avx512_vnni() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // also checks that the OS saves the AVX-512 registers
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+constexpr const char* kIsas[] = {"avx2", "avx512_vnni"};
+std::atomic<int> chosen{-1};  // -1: not decided yet; else an index of kIsas
+
+int isa_index() {
+  int i = chosen.load();
+  if (i < 0) {
+    i = has_avx512_vnni() ? 1 : 0;
+    chosen.store(i);
+  }
+  return i;
+}
+
+torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
+                           const c10::optional<torch::Tensor>& bias, const Format& format) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && blocks.scalar_type() == torch::kUInt8 &&
+                  blocks.is_contiguous(),
+              format.name, " linear: float32 x, contiguous uint8 blocks");
+  const int64_t K = x.size(-1), N = blocks.size(0);
+  TORCH_CHECK(K % kBlock == 0 && blocks.size(1) == K / kBlock * format.block_bytes,
+              format.name, " linear: blocks of 32 weights along the input");
+  auto flat = x.reshape({-1, K}).contiguous();
+  const int64_t M = flat.size(0), nb = K / kBlock;
+  const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K, format);
+  auto out = torch::empty({M, N}, flat.options());
+  const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
+  const BlockChunk chunk = format.chunks[isa_index()];
+  for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+    const BlockJob job{blocks.data_ptr<uint8_t>(),
+                       xq.q.data() + m0 * K,
+                       xq.scale.data() + m0 * nb,
+                       xq.scale_lanes.data() + m0 * nb * format.lanes,
+                       xq.sum.data() + m0 * nb,
+                       xq.offsets.data() + m0 * nb * 8,
+                       b.defined() ? b.data_ptr<float>() : nullptr,
+                       out.data_ptr<float>() + m0 * N,
+                       std::min(kRowBlock, M - m0),
+                       N,
+                       K};
+    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) { chunk(job, begin, end); });
+  }
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return out.view(sizes);
+}
+
+}  // namespace
+
+std::string kernel_isa() { return kIsas[isa_index()]; }
+
+std::string set_kernel_isa(const std::string& name) {
+  const std::string before = kernel_isa();
+  for (int i = 0; i < 2; ++i) {
+    if (name == kIsas[i]) {
+      TORCH_CHECK(i == 0 || has_avx512_vnni(), "set_kernel_isa: this CPU has no ", name);
+      chosen.store(i);
+      return before;
+    }
+  }
+  TORCH_CHECK(false, "set_kernel_isa: one of avx2, avx512_vnni, not ", name);
+}
+
+// blocks: uint8 [N, K / 32 * 20] (see above); x float32 [..., K].
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
+                          c10::optional<torch::Tensor> bias) {
+  return block_linear(x, blocks, bias, kQ4_1);
+}
+
+// blocks: uint8 [N, K / 32 * 34] (see above); x float32 [..., K].
+torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<torch::Tensor> bias) {
+  return block_linear(x, blocks, bias, kQ8_0);
+}

@@ -1,0 +1,109 @@
+"""`--quantization auto`: each layer in the block format its GGUF tensors ship in, the
+types without a kernel as Q8_0, float tensors float; nothing for other weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import LlamaConfig
+
+from atom.model.forward.blocks import BlockLinear
+from atom.model.forward.llama_forward import own_forward
+from atom.model.forward.quantization import quantize
+from atom.model.loader import default_model_path, describe, gguf_tensor_types
+from tests.model.tiny import TINY, cpu_ops, tiny_model
+
+PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def gguf_types(**override: str) -> dict[str, str]:
+    """A tiny model's tensors as a Q4_1 file names them (the embedding Q8_0, tied)."""
+    types = {
+        f"blk.{layer}.{part}.weight": "Q4_1"
+        for layer in range(TINY["num_hidden_layers"])
+        for part in PARTS
+    }
+    return {**types, "token_embd.weight": "Q8_0", **override}
+
+
+def forms_of(model: Any) -> list[tuple[str, str]]:
+    return [
+        (name, m.format.name if isinstance(m, BlockLinear) else type(m).__name__)
+        for name, m in model.named_modules()
+        if isinstance(m, BlockLinear | torch.nn.Linear)
+    ]
+
+
+def test_auto_runs_each_layer_in_the_format_its_tensors_ship_in() -> None:
+    model = own_forward(tiny_model(LlamaConfig), "atom")
+    types = gguf_types(**{"blk.1.attn_v.weight": "Q6_K", "blk.0.ffn_down.weight": "F16"})
+    forms = quantize(model, "auto", "cpu", kernels=cpu_ops(), gguf_types=types)
+    assert forms == {
+        "down_proj": "1 Q4_1, 1 float",
+        "gate_up_proj": "Q4_1",
+        "lm_head": "Q8_0",
+        "o_proj": "Q4_1",
+        "qkv_proj": "1 Q4_1, 1 Q8_0 (from Q4_1+Q6_K)",
+    }
+    layers = dict(forms_of(model))
+    assert layers["layers.0.qkv_proj"] == "Q4_1" and layers["layers.1.qkv_proj"] == "Q8_0"
+    assert layers["layers.0.down_proj"] == "Linear" and layers["layers.1.down_proj"] == "Q4_1"
+    assert layers["lm_head"] == "Q8_0"
+
+
+def test_an_untied_output_projection_takes_the_output_tensors_type() -> None:
+    model = own_forward(tiny_model(LlamaConfig), "atom")
+    types = gguf_types(**{"output.weight": "Q6_K"})
+    assert quantize(model, "auto", "cpu", kernels=cpu_ops(), gguf_types=types)["lm_head"] == (
+        "Q8_0 (from Q6_K)"
+    )
+
+
+def test_auto_leaves_other_weights_as_they_are() -> None:
+    """safetensors weights (no GGUF types), no kernels, or CUDA: nothing is swapped."""
+    for kwargs in (
+        {"device": "cpu", "kernels": cpu_ops(), "gguf_types": None},
+        {"device": "cpu", "kernels": None, "gguf_types": gguf_types()},
+        {"device": "cuda", "kernels": cpu_ops(), "gguf_types": gguf_types()},
+    ):
+        model = own_forward(tiny_model(LlamaConfig), "atom")
+        assert quantize(model, "auto", **kwargs) == {}
+        assert {form for _, form in forms_of(model)} == {"Linear"}
+
+
+def test_an_auto_model_of_shipped_blocks_stays_close_to_float() -> None:
+    """Weights a Q4_1/Q8_0 file could hold: the blocks carry them exactly, so only the
+    activations' per-block int8 rounding moves the logits, as `int4` (the same forms)
+    does to the last bit (transformers' classes: unfused q/k/v names map too)."""
+    import copy
+
+    from atom.model.forward import int4, q8
+
+    model = tiny_model(LlamaConfig, initializer_range=0.2)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            shipped = q8 if name == "lm_head" else int4
+            module.weight.data = shipped.quantize_blocks(module.weight)[1]
+    ids = torch.tensor([[5, 17, 42, 8, 99, 3]])
+    twin = copy.deepcopy(model)
+    with torch.inference_mode():
+        expected = model(input_ids=ids).logits[0, -1]
+        forms = quantize(model, "auto", "cpu", kernels=cpu_ops(), gguf_types=gguf_types())
+        got = model(input_ids=ids).logits[0, -1]
+        quantize(twin, "int4", "cpu", kernels=cpu_ops())
+        assert torch.equal(twin(input_ids=ids).logits[0, -1], got)
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+    assert set(forms.values()) == {"Q4_1", "Q8_0"} and forms["q_proj"] == "Q4_1"
+
+
+def test_the_default_models_types_and_their_description() -> None:
+    types = gguf_tensor_types(default_model_path())
+    assert types is not None and types["token_embd.weight"] == "Q8_0"
+    assert sum(t == "Q4_1" for t in types.values()) == 210
+    assert describe("auto", {}) == "off" and describe("int8", {"o_proj": "int8"}) == (
+        "int8 (o_proj int8)"
+    )
+    assert describe("auto", {"lm_head": "Q8_0", "o_proj": "Q4_1"}) == (
+        "auto (lm_head Q8_0, o_proj Q4_1)"
+    )
