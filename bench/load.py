@@ -155,3 +155,15 @@ async def shared_prefix(target: Target, *, prefix_words: int, num_later: int) ->
         "later_ttft_p50_s": round(later, 4),
         "ratio": round(later / ttfts[0], 3),
     }
+
+
+async def long_prompts(target: Target, *, words: int, count: int) -> dict[str, Any]:
+    """TTFT of `count` distinct prompts of `words` words, one at a time (nothing shared,
+    so each is a full prefill), and how many tokens the server counted in them."""
+    async with httpx.AsyncClient(timeout=900) as client:
+        samples = []
+        for i in range(count):
+            msgs = [{"role": "user", "content": prompt_text(words, 5000 + i)}]
+            samples.append(await stream_chat(client, target, msgs, 4))
+    ttfts = [s.ttft for s in samples if s.ttft is not None]
+    return {"words": words, "ttft_p50_s": pct(ttfts, 50), "ttft_min_s": round(min(ttfts), 4)}

@@ -1,9 +1,12 @@
-"""Side-by-side serving benchmark: `python -m bench.run [--peer llamacpp] [--floor]`.
+"""Side-by-side serving benchmark: `python -m bench.run [--peer llama-server] [--floor]`.
 
-Starts ATOM (and, with --peer llamacpp, llama-cpp-python's server on the very same
-GGUF file) on loopback ports, runs the same streaming load against each, and
-prints one JSON document with every number. The peer needs the bench-only extra:
-`pip install 'llama-cpp-python[server]'` into the python given by --peer-python.
+Starts ATOM with its defaults (and with each `--quantization` asked for) and the
+peers on the very same GGUF file, on loopback ports, one after the other, runs the
+same streaming load against each, and prints one JSON document with every number.
+Peers: `llama-server`, llama.cpp's own server, built once from the sources in the
+llama-cpp-python sdist (bench/llama_server.py, 10-20 minutes the first time);
+`llamacpp`, llama-cpp-python's server, which needs the bench-only extra
+`pip install 'llama-cpp-python[server]'` in the python given by --peer-python.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import trio
 from atom.cli import serve_command
 from atom.config import Settings
 from atom.model.loader import default_model_path
-from bench.load import Target, run_level, shared_prefix
+from bench.load import Target, long_prompts, run_level, shared_prefix
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -84,6 +87,18 @@ def llamacpp_server(port: int, args: argparse.Namespace, extra_env: dict[str, st
     return server(command, f"http://127.0.0.1:{port}/v1/models")
 
 
+def llama_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
+    """llama.cpp's own server (built once, bench/llama_server.py) on the same GGUF: 32
+    slots sharing one KV pool of 64k tokens (a 1,000-word prompt fits any slot),
+    continuous batching, 2 threads."""
+    from bench import llama_server as build
+
+    command = [str(build.binary()), "--model", str(default_model_path()), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--alias", MODEL, "-np", "32", "-cb", "-t", "2"]
+    command += ["-c", "65536", "--kv-unified", "--no-webui"]
+    return server(command, f"http://127.0.0.1:{port}/health")
+
+
 async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"levels": []}
     # Warm-up, not measured: no server is timed on its very first requests (lazy set-up).
@@ -104,6 +119,9 @@ async def scenarios(target: Target, args: argparse.Namespace) -> dict[str, Any]:
         out["shared_prefix"] = await shared_prefix(
             target, prefix_words=args.shared_prefix_words, num_later=4
         )
+    out["long_prompts"] = [
+        await long_prompts(target, words=words, count=3) for words in args.long_prompt_words
+    ]
     if args.structured:  # c=8 with and without a JSON-schema constraint (issue #6)
         out["structured_c8"] = await structured(target, args)
     if args.churn:  # short outputs at c=16: new prompts arrive all the time
@@ -179,14 +197,28 @@ def main() -> None:
     )
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--shared-prefix-words", type=int, default=1000)
+    p.add_argument(
+        "--long-prompt-words",
+        type=int,
+        nargs="*",
+        default=[],
+        help="TTFT of prompts this long, one at a time (1750 words: ~2,000 tokens)",
+    )
     p.add_argument("--churn", action="store_true", help="ITL under constant arrivals at c=16")
     p.add_argument("--structured", action="store_true", help="c=8 with/without a JSON schema")
-    p.add_argument("--peer", choices=["llamacpp"], action="append", default=[])
+    p.add_argument(
+        "--peer",
+        choices=["llama-server", "llamacpp"],
+        action="append",
+        default=[],
+        help="llama-server: llama.cpp's own server (built once, cached); llamacpp: "
+        "llama-cpp-python's (serves one request at a time)",
+    )
     p.add_argument("--peer-python", default=".venv-bench/bin/python")
     p.add_argument("--floor", action="store_true", help="also time transformers' generate")
     p.add_argument(
         "--quantization",
-        choices=["int8", "int4"],
+        choices=["int8", "int4", "off"],
         action="append",
         default=[],
         help="also run ATOM with --quantization Q (repeatable)",
@@ -203,8 +235,10 @@ def main() -> None:
     ]
     for method in dict.fromkeys(args.quantization):
         runs.append((f"atom-{method}", atom_server, ignore_eos, {"ATOM_QUANTIZATION": method}))
-    if "llamacpp" in args.peer:  # llama.cpp ignores ignore_eos but honours min_tokens
-        min_tokens = {"min_tokens": args.output_tokens}
+    min_tokens = {"min_tokens": args.output_tokens}  # llama.cpp ignores ignore_eos
+    if "llama-server" in args.peer:
+        runs.append(("llama-server", llama_server, min_tokens, {}))
+    if "llamacpp" in args.peer:
         runs.append(("llama-cpp-python", llamacpp_server, min_tokens, {}))
     for name, start, extra, env in runs:
         port = free_port()

@@ -160,7 +160,10 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         dtype=getattr(torch, dtype_name),
         cache_dir=settings.cache_dir,
     )
-    loaded, model, forms = _forward_model(settings, source, device, dtype_name, ops)
+    # under `auto`, the source GGUF's tensor types decide each layer's form, for these
+    # weights and for any loaded later in their place (update_weights_from_disk, wake-up)
+    types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
+    loaded, model, forms = _forward_model(settings, source, device, dtype_name, ops, types)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     runner = TorchRunner(
@@ -189,27 +192,39 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         max_model_len=loaded.max_model_len,
         precompile=runner.grammars.compile,
         load_weights=partial(
-            _load_weights, settings, device, dtype_name, ops, tensor_shapes(model)
+            _load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)
         ),
     )
 
 
 def _load_weights(
-    settings: Settings, device: str, dtype_name: str, ops: Any, served: TensorShapes, path: str
+    settings: Settings,
+    device: str,
+    dtype_name: str,
+    ops: Any,
+    gguf_types: dict[str, str] | None,
+    served: TensorShapes,
+    path: str,
 ) -> Any:
     """The served model built again from the weights at `path` (POST
-    /update_weights_from_disk, a wake-up after a level-2 sleep); ValueError unless every
-    tensor has the served model's name, shape and dtype."""
-    _, model, _ = _forward_model(settings, path, device, dtype_name, ops)
+    /update_weights_from_disk, a wake-up after a level-2 sleep), each layer in the form
+    the served one has; ValueError unless every tensor has the served model's name,
+    shape and dtype."""
+    _, model, _ = _forward_model(settings, path, device, dtype_name, ops, gguf_types)
     check_same_tensors(tensor_shapes(model), served)
     return model
 
 
 def _forward_model(
-    settings: Settings, source: str, device: str, dtype_name: str, ops: Any
+    settings: Settings,
+    source: str,
+    device: str,
+    dtype_name: str,
+    ops: Any,
+    gguf_types: dict[str, str] | None,
 ) -> tuple[LoadedModel, Any, dict[str, str]]:
     """The weights at `source` loaded, behind ATOM's forward and quantized as `settings`
-    say; with the form each layer kind took (`quantize`'s answer)."""
+    say (`gguf_types`: what `auto` follows); with the form each layer kind took."""
     import torch
 
     from atom.model.forward.llama_forward import own_forward
@@ -223,8 +238,7 @@ def _forward_model(
         max_model_len=settings.max_model_len,
     )
     model = own_forward(loaded.model, settings.model_impl, kernels=ops)
-    types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
-    forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=types)
+    forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=gguf_types)
     return loaded, model, forms
 
 

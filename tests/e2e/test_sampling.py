@@ -111,7 +111,7 @@ def test_logprobs_spell_the_content_when_the_model_ends_its_turn(server: Server)
         e for c in chunks for e in (c["choices"][0].get("logprobs") or {}).get("content") or []
     ]
     assert [e["token"] for e in streamed] == [e["token"] for e in entries]
-    doc = complete(server, "The capital of France is", logprobs=1, max_tokens=200)
+    doc = complete(server, "Q: What is the capital of France?\nA:", logprobs=1, max_tokens=200)
     choice = doc["choices"][0]
     assert choice["finish_reason"] == "stop"
     assert "".join(choice["logprobs"]["tokens"]) == choice["text"]

@@ -43,16 +43,17 @@ class BlockLinear(nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.format = fmt
-        self._blocks, _ = fmt.quantize(linear.weight)
-        self._bias = None if linear.bias is None else linear.bias.detach().float()
+        # buffers, so the model's state_dict (and the weight-update shape check) sees them
+        self.register_buffer("blocks", fmt.quantize(linear.weight)[0])
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
         self._gemv = getattr(kernels, fmt.kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._gemv(x, self._blocks, self._bias)  # type: ignore[no-any-return]
+        return self._gemv(x, self.blocks, self.bias)  # type: ignore[no-any-return]
 
     def projection(self, kernels: Any) -> Any:
         """This layer as the kernels' `Projection`."""
-        return kernels.Projection(self.format.kind, self._blocks, None, self._bias)
+        return kernels.Projection(self.format.kind, self.blocks, None, self.bias)
 
     def extra_repr(self) -> str:
         return (
