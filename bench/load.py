@@ -35,6 +35,13 @@ WORDS = [
 ]
 
 
+def fresh_connections(timeout_s: float) -> httpx.AsyncClient:
+    """A client that opens a connection for every request: llama-server closes a
+    keep-alive connection after 5 requests, which a reused one meets as a disconnect
+    (every server is measured the same way; a loopback connect costs ~0.1 ms)."""
+    return httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def prompt_text(num_words: int, salt: int) -> str:
     """Roughly one token per word; `salt` makes prompts distinct (no accidental cache hits)."""
     return " ".join(WORDS[(salt * 7 + i * 3) % len(WORDS)] for i in range(num_words)) + f" #{salt}"
@@ -99,7 +106,7 @@ async def run_level(
     """Closed loop: `concurrency` workers send `num_requests` streaming chats in all."""
     samples: list[Sample] = []
     queue = list(range(num_requests))
-    async with httpx.AsyncClient(timeout=600) as client:
+    async with fresh_connections(600) as client:
 
         async def worker() -> None:
             while queue:
@@ -141,7 +148,7 @@ def pct(values: list[float], q: int) -> float:
 async def shared_prefix(target: Target, *, prefix_words: int, num_later: int) -> dict[str, Any]:
     """TTFT of a first request with a long system prompt, then of later ones sharing it."""
     system = prompt_text(prefix_words, 424242)
-    async with httpx.AsyncClient(timeout=600) as client:
+    async with fresh_connections(600) as client:
         ttfts = []
         for i in range(1 + num_later):
             msgs = [
@@ -160,7 +167,7 @@ async def shared_prefix(target: Target, *, prefix_words: int, num_later: int) ->
 async def long_prompts(target: Target, *, words: int, count: int) -> dict[str, Any]:
     """TTFT of `count` distinct prompts of `words` words, one at a time (nothing shared,
     so each is a full prefill), and how many tokens the server counted in them."""
-    async with httpx.AsyncClient(timeout=900) as client:
+    async with fresh_connections(900) as client:
         samples = []
         for i in range(count):
             msgs = [{"role": "user", "content": prompt_text(words, 5000 + i)}]

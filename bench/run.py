@@ -235,9 +235,9 @@ def main() -> None:
     ]
     for method in dict.fromkeys(args.quantization):
         runs.append((f"atom-{method}", atom_server, ignore_eos, {"ATOM_QUANTIZATION": method}))
-    min_tokens = {"min_tokens": args.output_tokens}  # llama.cpp ignores ignore_eos
+    min_tokens = {"min_tokens": args.output_tokens}  # llama-cpp-python ignores ignore_eos
     if "llama-server" in args.peer:
-        runs.append(("llama-server", llama_server, min_tokens, {}))
+        runs.append(("llama-server", llama_server, ignore_eos | min_tokens, {}))
     if "llamacpp" in args.peer:
         runs.append(("llama-cpp-python", llamacpp_server, min_tokens, {}))
     for name, start, extra, env in runs:

@@ -3,15 +3,16 @@
 Each weight row is cut into blocks of 32 along the input, each a GGUF Q4_1 block: a
 float16 scale d, a float16 minimum m and 32 nibbles q, the weight being d * q + m
 (20 bytes for 32 weights, 0.625 a weight against int8's 1). A row is stored as its
-scales, then its minimums, then its nibbles (the kernel reads the factors of eight
+scales, then its minimums, then its nibbles (the kernel reads the scales of four
 blocks at once). The default model ships as Q4_1, and a Q4_1 block's smallest and
 largest weights sit at q = 0 and q = 15, so re-quantizing its dequantized weights
 gives back those very blocks.
 
 A layer of these blocks is a `blocks.BlockLinear` (format `Q4_1`): every product is
-ATOM's `int4_linear` kernel, integer dot products on activations quantized per
-32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own block, the
-4-bit rows streamed once for every 32 rows of activations.
+ATOM's `int4_linear` kernel: below 64 rows integer dot products on activations
+quantized per 32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own
+block, the 4-bit rows streamed once for every 32 rows of activations; from 64 rows
+(prefill) the float GEMM on the blocks expanded to float32.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ back its very blocks: a block's largest magnitude sits at q = ±127.
 
 A layer of these blocks is a `blocks.BlockLinear` (format `Q8_0`): every product is
 ATOM's `q8_linear` kernel, integer dot products on activations quantized per
-32-block, as `int4_linear`'s.
+32-block below 64 rows, the float GEMM on the expanded blocks from 64, as
+`int4_linear`'s.
 """
 
 from __future__ import annotations

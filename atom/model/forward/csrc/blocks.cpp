@@ -9,11 +9,13 @@
 // d * q. A row is stored as its K / 32 scales, then its values, each plus 128 (an
 // unsigned byte, which the VNNI dot product takes): 1.0625 bytes a weight.
 //
-// The rows of x are quantized per 32-block to int8 (scale dx), as llama.cpp's Q8_1,
+// Below kWidenRows rows of x (decode), the rows of x are quantized per 32-block to
+// int8 (scale dx), as llama.cpp's Q8_1,
 // so a block contributes d * dx * Σ q·xq (+ m * Σx for Q4_1), and stored in the order
 // the weights unpack to (q4_x_index for Q4_1), so the inner loops (loops.inc) load
 // them straight. Those loops exist for AVX2 and for AVX-512 with VNNI; which one runs
-// is decided once, from what the CPU and the OS support (kernel_isa).
+// is decided once, from what the CPU and the OS support (kernel_isa). More rows
+// (prefill) multiply float32 activations by the weights expanded to float32.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -28,16 +30,59 @@ namespace {
 
 constexpr int64_t kBlock = 32;
 constexpr int64_t kRowBlock = 32;  // rows of x per pass over the weights (kept in L2)
+// From this many rows (prefill) the weights are expanded to float32 and multiplied by
+// the float GEMM: the integer loops take each row on its own, and at 2,400 prompt rows
+// a step of them cost ~1.8x float32's GEMM on the Intel Xeon VM.
+constexpr int64_t kWidenRows = 64;
+
+// Row n of a weight matrix as float32, from its blocks (the layouts above).
+void q4_1_row(const uint8_t* row, int64_t nb, float* out) {
+  const auto* scales = reinterpret_cast<const c10::Half*>(row);
+  const uint8_t* nibbles = row + 4 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float d = scales[b], m = scales[nb + b];
+    for (int64_t i = 0; i < 16; ++i) {
+      out[b * kBlock + i] = d * static_cast<float>(nibbles[16 * b + i] & 0x0F) + m;
+      out[b * kBlock + i + 16] = d * static_cast<float>(nibbles[16 * b + i] >> 4) + m;
+    }
+  }
+}
+
+void q8_0_row(const uint8_t* row, int64_t nb, float* out) {
+  const auto* scales = reinterpret_cast<const c10::Half*>(row);
+  const uint8_t* values = row + 2 * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float d = scales[b];
+    for (int64_t i = 0; i < kBlock; ++i) {
+      out[b * kBlock + i] = d * static_cast<float>(static_cast<int32_t>(values[b * kBlock + i]) - 128);
+    }
+  }
+}
 
 struct Format {
   const char* name;
   int64_t block_bytes, lanes;
   bool q4_order;  // x in q4_x_index order (else plain)
   BlockChunk chunks[2];  // by instruction set: avx2, avx512_vnni
+  void (*expand_row)(const uint8_t*, int64_t, float*);
 };
 
-constexpr Format kQ4_1{"Q4_1", 20, 4, true, {q4_chunk_avx2, q4_chunk_avx512}};
-constexpr Format kQ8_0{"Q8_0", 34, 8, false, {q8_chunk_avx2, q8_chunk_avx512}};
+constexpr Format kQ4_1{"Q4_1", 20, 4, true, {q4_chunk_avx2, q4_chunk_avx512}, q4_1_row};
+constexpr Format kQ8_0{"Q8_0", 34, 8, false, {q8_chunk_avx2, q8_chunk_avx512}, q8_0_row};
+
+// The weights as float32 [N, K].
+torch::Tensor expanded(const torch::Tensor& blocks, int64_t K, const Format& format) {
+  const int64_t N = blocks.size(0), nb = K / kBlock;
+  auto out = torch::empty({N, K}, torch::kFloat32);
+  const uint8_t* wp = blocks.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      format.expand_row(wp + n * nb * format.block_bytes, nb, op + n * K);
+    }
+  });
+  return out;
+}
 
 struct QuantizedRows {
   std::vector<int8_t> q;
@@ -107,6 +152,7 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
               format.name, " linear: blocks of 32 weights along the input");
   auto flat = x.reshape({-1, K}).contiguous();
   const int64_t M = flat.size(0), nb = K / kBlock;
+  if (M >= kWidenRows) return at::linear(x, expanded(blocks, K, format), bias);
   const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K, format);
   auto out = torch::empty({M, N}, flat.options());
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
