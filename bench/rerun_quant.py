@@ -1,4 +1,4 @@
-"""How far `--quantization int4` (or int8) agrees with float32 on recorded traffic:
+"""How far `--quantization int4` (or auto, int8) agrees with float32 on recorded traffic:
 `python -m bench.rerun_quant [--quantization int4] [--requests 40]`.
 
 Records a mix of chat requests against the real default model in float32 (greedy
@@ -30,14 +30,15 @@ from tests.conftest import serving, wait_ready
 from tests.weather import WEATHER
 
 TOPICS = ["Paris", "the sea", "a volcano", "bread", "the moon", "rain", "chess", "bees"]
+KINDS = ["one fact", "two facts", "a short story", "a riddle", "a joke", "three words"]
 
 
 def bodies(num_requests: int) -> list[dict[str, Any]]:
     """Mostly greedy questions of several lengths; every fifth sampled, one JSON, one tool."""
     out = []
     for i in range(num_requests):
-        topic = TOPICS[i % len(TOPICS)]
-        ask = f"Tell me {['one fact', 'two facts', 'a short story'][i % 3]} about {topic}."
+        topic, kind = TOPICS[i % len(TOPICS)], KINDS[i // len(TOPICS) % len(KINDS)]
+        ask = f"Tell me {kind} about {topic}."  # 48 distinct questions
         body: dict[str, Any] = {
             "messages": [{"role": "user", "content": ask}],
             "max_tokens": 48,
@@ -52,7 +53,7 @@ def bodies(num_requests: int) -> list[dict[str, Any]]:
 
 
 async def record(log_path: Path, num_requests: int) -> None:
-    app = create_app(Settings(request_log=str(log_path)))
+    app = create_app(Settings(request_log=str(log_path), quantization="off"))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=300) as client:
         await wait_ready(app, timeout_s=600)
         async with trio.open_nursery() as nursery:
@@ -98,7 +99,7 @@ def _positions(verdicts: list[Any]) -> dict[str, float]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quantization", default="int4", choices=("int4", "int8", "off"))
+    parser.add_argument("--quantization", default="int4", choices=("auto", "int4", "int8", "off"))
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--out", help="also write the report to this file")
     trio.run(main, parser.parse_args())
