@@ -2,8 +2,9 @@
 
 `python -m bench.llama_server` builds it (10-20 minutes on 2 cores, once) and prints
 the binary's path; `bench.run --peer llama-server` calls `binary()` the same way. The
-build is portable rather than tuned for this CPU (`GGML_NATIVE=OFF`), with the
-instruction sets named one by one, and without AMX: on one of this project's Intel
+build is not tuned by the compiler for this CPU (`GGML_NATIVE=OFF`): the instruction
+sets are named one by one (AVX-512 and VNNI where /proc/cpuinfo lists them), and AMX
+is off: on one of this project's Intel
 VMs `amx_int8` is advertised but traps, and a llama.cpp build that used it died with
 an invalid opcode. Each build lands in a folder named by the sdist and the flags.
 """
@@ -26,8 +27,6 @@ CMAKE_FLAGS = (
     "-DGGML_AVX2=ON",
     "-DGGML_FMA=ON",
     "-DGGML_F16C=ON",
-    "-DGGML_AVX512=ON",
-    "-DGGML_AVX512_VNNI=ON",
     "-DGGML_AVX512_VBMI=OFF",
     "-DGGML_AVX512_BF16=OFF",
     "-DGGML_AMX_TILE=OFF",
@@ -41,8 +40,15 @@ CMAKE_FLAGS = (
 )
 
 
+def cmake_flags() -> tuple[str, ...]:
+    """CMAKE_FLAGS, with AVX-512 (and VNNI) where this CPU lists them."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    wide = " avx512f " in flags and " avx512_vnni " in flags
+    return CMAKE_FLAGS + (("-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON") if wide else ())
+
+
 def folder() -> Path:
-    key = hashlib.sha256(f"{VERSION} {' '.join(CMAKE_FLAGS)}".encode()).hexdigest()[:10]
+    key = hashlib.sha256(f"{VERSION} {' '.join(cmake_flags())}".encode()).hexdigest()[:10]
     return Path(Settings().cache_dir) / "bench" / f"llama-server-{VERSION}-{key}"
 
 
@@ -62,7 +68,7 @@ def _build(where: Path) -> None:
         sdist.extractall(where, filter="data")
     source = where / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
     build = where / "build"
-    subprocess.run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], check=True)
+    subprocess.run(["cmake", "-S", str(source), "-B", str(build), *cmake_flags()], check=True)
     subprocess.run(
         ["cmake", "--build", str(build), "--target", "llama-server", "-j", "2"], check=True
     )

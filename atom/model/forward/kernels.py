@@ -69,9 +69,9 @@ SOURCES = tuple(
 HEADERS = tuple(CSRC / name for name in ("ops.h", "blocks.h", "loops.inc"))
 X86 = platform.machine() in ("x86_64", "AMD64")
 # x86: one build for every CPU with AVX2 (x86-64-v3); the AVX-512 loops are compiled
-# beside the AVX2 ones and chosen at run time (csrc/int4.cpp). Elsewhere: this CPU's.
+# beside the AVX2 ones and chosen at run time (csrc/blocks.cpp). Elsewhere: this CPU's.
 CFLAGS = ["-O3", "-march=x86-64-v3" if X86 else "-march=native", "-fopenmp", "-ffast-math"]
-X86_NEEDS = ("avx2", "fma", "f16c")  # what x86-64-v3 code uses of the CPU's flags
+X86_NEEDS = ("avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm")  # x86-64-v3's flags
 MODES = ("auto", "on", "off")
 
 

@@ -1,7 +1,7 @@
 // The block-format products' inner loops, shared by blocks.cpp (which quantizes the
 // activations, splits the work and picks the instruction set) and the loops compiled
-// once per instruction set (loops_avx2.cpp, loops_avx512.cpp: q4_kernel.inc,
-// q8_kernel.inc). Plain C types only: the files built for AVX-512 must not
+// once per instruction set (loops_avx2.cpp, loops_avx512.cpp, both loops.inc).
+// Plain C types only: the files built for AVX-512 must not
 // instantiate a template or inline function another file also uses, whose one kept
 // copy could then carry AVX-512 instructions to a CPU without them.
 #pragma once
