@@ -27,6 +27,8 @@ CMAKE_FLAGS = (
     "-DGGML_AVX2=ON",
     "-DGGML_FMA=ON",
     "-DGGML_F16C=ON",
+    "-DGGML_AVX512=ON",  # AVX512_FLAGS: dropped where the CPU lacks them
+    "-DGGML_AVX512_VNNI=ON",
     "-DGGML_AVX512_VBMI=OFF",
     "-DGGML_AVX512_BF16=OFF",
     "-DGGML_AMX_TILE=OFF",
@@ -40,11 +42,15 @@ CMAKE_FLAGS = (
 )
 
 
+AVX512_FLAGS = ("-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON")
+
+
 def cmake_flags() -> tuple[str, ...]:
     """CMAKE_FLAGS, with AVX-512 (and VNNI) where this CPU lists them."""
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    wide = " avx512f " in flags and " avx512_vnni " in flags
-    return CMAKE_FLAGS + (("-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON") if wide else ())
+    if " avx512f " in flags and " avx512_vnni " in flags:
+        return CMAKE_FLAGS
+    return tuple(flag for flag in CMAKE_FLAGS if flag not in AVX512_FLAGS)
 
 
 def folder() -> Path:
