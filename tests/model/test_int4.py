@@ -13,9 +13,7 @@ from atom.model.forward.int4 import quantize_blocks
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
 from atom.model.loader import default_model_path
-from tests.model.tiny import KERNEL_ISAS, cpu_ops, kernel_isa, tiny_model
-
-WIDEN_ROWS = 64  # csrc/blocks.cpp kWidenRows: from this many rows the weights go float
+from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa, tiny_model
 
 
 def q4_1_weights(rows: int, width: int, seed: int) -> torch.Tensor:
@@ -44,19 +42,6 @@ def test_other_weights_are_within_half_a_step() -> None:
     assert (error <= span / 30 * 1.01 + 1e-3).all()
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The kernel's arithmetic in float64: activations quantized per block of 32 to int8
-    for the d * q part of each weight, in float for its minimum m (here the block min)."""
-    rows, width = x.shape
-    xb = x.double().view(rows, width // 32, 32)
-    scale = xb.abs().amax(-1, keepdim=True) / 127
-    xq = (torch.round(xb / torch.where(scale > 0, scale, 1.0)) * scale).reshape(rows, width)
-    w = weight.double().view(-1, width // 32, 32)
-    minimum = w.amin(-1, keepdim=True).expand_as(w).reshape(-1, width)
-    out = xq @ (w.reshape(-1, width) - minimum).T + x.double() @ minimum.T
-    return (out if bias is None else out + bias.double()).float()
-
-
 # widths of 1 to 19 blocks: groups of four, a pair and a block alone after them
 WIDTHS = [(32, False), (64, False), (96, True), (160, True), (608, False)]
 
@@ -75,10 +60,7 @@ def test_int4_linear_matches_the_same_arithmetic(
     with kernel_isa(isa):
         got = cpu_ops().int4_linear(x, blocks, b)
     assert got.shape == (1, rows, 40)
-    if rows >= WIDEN_ROWS:  # prefill: float activations times the weights in float
-        expected = (x[0].double() @ weight.double().T + (0 if b is None else b)).float()
-    else:  # activations quantized per block
-        expected = reference(x[0], weight, b)
+    expected = block_product(x[0], weight, b, minimums=True)
     torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=1e-4)
     exact = x[0] @ weight.T + (0 if b is None else b)
     assert (got[0] - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
@@ -100,7 +82,7 @@ def test_a_row_gets_the_same_output_alone_and_among_many() -> None:
     together = layer(x)
     alone = torch.cat([layer(row.unsqueeze(0)) for row in x])
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)  # summation order only
-    expected = reference(x, linear.weight, linear.bias)
+    expected = block_product(x, linear.weight, linear.bias, minimums=True)
     torch.testing.assert_close(together, expected, rtol=1e-5, atol=1e-4)
 
 

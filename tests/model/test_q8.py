@@ -9,9 +9,7 @@ import torch
 
 from atom.model.forward.q8 import quantize_blocks
 from atom.model.loader import default_model_path
-from tests.model.tiny import KERNEL_ISAS, cpu_ops, kernel_isa
-
-WIDEN_ROWS = 64  # csrc/blocks.cpp kWidenRows: from this many rows the weights go float
+from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa
 
 
 def q8_0_weights(rows: int, width: int, seed: int) -> torch.Tensor:
@@ -30,16 +28,6 @@ def test_q8_0_weights_come_back_exactly() -> None:
     assert torch.equal(dequantized, weight)
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The kernel's arithmetic in float64: activations quantized per block of 32 to int8."""
-    rows, width = x.shape
-    xb = x.double().view(rows, width // 32, 32)
-    scale = xb.abs().amax(-1, keepdim=True) / 127
-    xq = (torch.round(xb / torch.where(scale > 0, scale, 1.0)) * scale).reshape(rows, width)
-    out = xq @ weight.double().T
-    return (out if bias is None else out + bias.double()).float()
-
-
 @pytest.mark.parametrize("isa", KERNEL_ISAS)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 63, 64, 70])
 @pytest.mark.parametrize(("width", "bias"), [(32, False), (64, True), (96, False), (608, True)])
@@ -53,10 +41,7 @@ def test_q8_linear_matches_the_same_arithmetic(isa: str, rows: int, width: int, 
     with kernel_isa(isa):
         got = cpu_ops().q8_linear(x, blocks, b)
     assert got.shape == (1, rows, 40)
-    if rows >= WIDEN_ROWS:  # prefill: float activations times the weights in float
-        expected = (x[0].double() @ weight.double().T + (0 if b is None else b)).float()
-    else:  # activations quantized per block
-        expected = reference(x[0], weight, b)
+    expected = block_product(x[0], weight, b, minimums=False)
     torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=1e-4)
 
 

@@ -86,15 +86,17 @@ torch::Tensor expanded(const torch::Tensor& blocks, int64_t K, const Format& for
 
 struct QuantizedRows {
   std::vector<int8_t> q;
-  std::vector<float> scale, scale_lanes, sum;
-  std::vector<int32_t> offsets;
+  std::vector<float> scale, scale_lanes;
+  std::vector<float> sum;          // Q4_1 only: each block's float sum (the minimums' part)
+  std::vector<int32_t> offsets;    // Q8_0 only: -128 · Σ xq in each block's first lane
 };
 
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
   const int64_t nb = K / kBlock, lanes = format.lanes;
+  const bool q4 = format.q4_order;
   QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
-                    std::vector<float>(M * nb * lanes), std::vector<float>(M * nb),
-                    std::vector<int32_t>(M * nb * 8)};
+                    std::vector<float>(M * nb * lanes), std::vector<float>(q4 ? M * nb : 0),
+                    std::vector<int32_t>(q4 ? 0 : M * nb * 8)};
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + m * K + b * kBlock;
@@ -108,13 +110,16 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
       int32_t q_sum = 0;
       for (int64_t i = 0; i < kBlock; ++i) {
         const auto v = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
-        q[format.q4_order ? q4_x_index(b, i, nb) : b * kBlock + i] = v;
+        q[q4 ? q4_x_index(b, i, nb) : b * kBlock + i] = v;
         q_sum += v;
       }
       out.scale[m * nb + b] = d;
       std::fill_n(out.scale_lanes.begin() + (m * nb + b) * lanes, lanes, d);
-      out.sum[m * nb + b] = sum;
-      out.offsets[(m * nb + b) * 8] = -128 * q_sum;
+      if (q4) {
+        out.sum[m * nb + b] = sum;
+      } else {
+        out.offsets[(m * nb + b) * 8] = -128 * q_sum;
+      }
     }
   }
   return out;
@@ -162,8 +167,8 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
                        xq.q.data() + m0 * K,
                        xq.scale.data() + m0 * nb,
                        xq.scale_lanes.data() + m0 * nb * format.lanes,
-                       xq.sum.data() + m0 * nb,
-                       xq.offsets.data() + m0 * nb * 8,
+                       xq.sum.empty() ? nullptr : xq.sum.data() + m0 * nb,
+                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb * 8,
                        b.defined() ? b.data_ptr<float>() : nullptr,
                        out.data_ptr<float>() + m0 * N,
                        std::min(kRowBlock, M - m0),
