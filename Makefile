@@ -5,6 +5,11 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
+WEBUI := atom/webui
+NPM_DIR := build/webui/node_modules
+BROWSER := /usr/bin/chromedriver
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 .PHONY: setup serve test bench
 
 $(VENV)/.installed: pyproject.toml
@@ -17,12 +22,35 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m atom.model.forward.kernels
 	touch $@
 
-setup: $(VENV)/.installed
+# The web page's libraries, from the npm registry at the versions package-lock.json pins,
+# copied into the package (atom/webui/vendor, not in git) with their licences.
+$(WEBUI)/vendor/.installed: $(WEBUI)/package.json $(WEBUI)/package-lock.json
+	@echo "== the web page's libraries (npm: marked, DOMPurify, highlight.js) into $(WEBUI)/vendor"
+	rm -rf build/webui $(WEBUI)/vendor && mkdir -p build/webui $(WEBUI)/vendor
+	cp $(WEBUI)/package.json $(WEBUI)/package-lock.json build/webui/
+	cd build/webui && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	cp $(NPM_DIR)/marked/lib/marked.umd.js $(NPM_DIR)/dompurify/dist/purify.min.js \
+	   $(NPM_DIR)/@highlightjs/cdn-assets/highlight.min.js \
+	   $(NPM_DIR)/@highlightjs/cdn-assets/styles/github.min.css \
+	   $(NPM_DIR)/@highlightjs/cdn-assets/styles/github-dark.min.css $(WEBUI)/vendor/
+	cp $(NPM_DIR)/marked/LICENSE $(WEBUI)/vendor/marked.LICENSE
+	cp $(NPM_DIR)/dompurify/LICENSE $(WEBUI)/vendor/dompurify.LICENSE
+	cp $(NPM_DIR)/@highlightjs/cdn-assets/LICENSE $(WEBUI)/vendor/highlight.js.LICENSE
+	touch $@
+
+# The browser the web page's tests drive (Debian's packages).
+$(BROWSER):
+	@echo "== Debian's chromium and chromium-driver, for the web page's tests in a real browser"
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver
+
+setup: $(VENV)/.installed $(WEBUI)/vendor/.installed
 
 serve: setup
+	@echo "== serving on http://$(HOST):$(PORT)/ (open it in a browser to chat)"
 	$(VENV)/bin/hypercorn -k trio -w 0 -b $(HOST):$(PORT) atom.http:app
 
-test: setup
+test: setup $(BROWSER)
 	$(VENV)/bin/ruff check atom tests bench
 	$(VENV)/bin/ruff format --check atom tests bench
 	$(VENV)/bin/mypy

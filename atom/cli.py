@@ -38,12 +38,15 @@ def parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         value = json.dumps(list(default)) if isinstance(default, tuple) else default
         shown = "" if default is None else f"; default: {value}"
+        # A true/false setting's flag alone means true (`--no-webui`), as vLLM's do.
+        switch = {"nargs": "?", "const": "true"} if isinstance(default, bool) else {}
         serve.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
             default=None,
             action="append" if isinstance(default, tuple) else "store",
             help=f"{HELP[f.name]} (env ATOM_{f.name.upper()}{shown})".replace("%", "%%"),
+            **switch,
         )
     _replay_arguments(commands.add_parser("replay", help="rebuild the responses in a log"))
     return parser

@@ -61,6 +61,7 @@ class Settings:
     ssl_ca_certs: str | None = None  # client certificates are then required
     request_log: str | None = None
     crash_dump_dir: str | None = None  # a fatal error writes the last minutes of events here
+    no_webui: bool = False  # GET / serves no chat page
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     device: str | None = None
     dtype: str | None = None
@@ -143,7 +144,8 @@ HELP = {
     "stream_stall_timeout": "seconds a response may wait on a client that stops reading; "
     "then the request is aborted (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
-    "request_log": "JSONL event log path (default: off)",
+    "request_log": "JSONL event log path (default: off); also feeds the web page's request view",
+    "no_webui": "serve no web page at / (the chat, engine and request views)",
     "crash_dump_dir": "on a fatal error, write the last 5 minutes of events here as a "
     "request log (atom replay reads it); kept in memory meanwhile (default: off)",
     "cache_dir": "where dequantized GGUF copies and built kernels are kept",

@@ -309,6 +309,19 @@ class TokensSampled(RequestEvent):
     prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # first token: prompt tokens 1..
 
 
+@_tagged("prompt_chunk_computed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptChunkComputed(RequestEvent):
+    """A step computed part of a choice's prompt without reaching its end (chunked
+    prefill): `num_computed` of `num_prompt_tokens` positions are in the cache. The
+    chunk that reaches the end samples the first token, a `tokens_sampled` instead."""
+
+    choice_idx: int
+    num_tokens: int
+    num_computed: int
+    num_prompt_tokens: int
+
+
 @_tagged("request_released")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestReleased(RequestEvent):

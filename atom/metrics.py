@@ -148,6 +148,14 @@ class ModelMetrics:
         if isinstance(event, RequestCompleted | RequestFailed | RequestAborted):
             self._requests.pop(rid, None)
 
+    def snapshot(self) -> dict[str, float]:
+        """The gauges and counters now, for the web page's engine view (which turns the
+        counters into rates between two snapshots)."""
+        values = {family: value(self) for family, _, value in _FAMILIES}
+        values["time_to_first_token_seconds_sum"] = self.ttft.total
+        values["time_to_first_token_seconds_count"] = self.ttft.num
+        return values
+
     def histogram(self, family: str) -> Histogram:
         return {
             "time_to_first_token_seconds": self.ttft,

@@ -92,6 +92,16 @@ def test_list_flags_repeat_and_take_either_form() -> None:
     assert settings.allowed_methods == ("*",)  # the default, as vLLM
 
 
+def test_a_switch_flag_alone_means_true_and_takes_a_value_too() -> None:
+    from atom.cli import parser, settings_of
+
+    assert settings_of(parser().parse_args(["serve", "--no-webui"])).no_webui is True
+    assert settings_of(parser().parse_args(["serve"])).no_webui is False
+    args = parser().parse_args(["serve", "--enable-prefix-caching", "false", "--no-webui"])
+    settings = settings_of(args)
+    assert settings.enable_prefix_caching is False and settings.no_webui is True
+
+
 def test_a_models_file_lists_models_in_yaml_or_json(tmp_path: Path) -> None:
     yaml_file = tmp_path / "models.yaml"
     yaml_file.write_text(

@@ -38,12 +38,13 @@ from atom.events import (
     ModelWoke,
     PrefixCacheReset,
     RequestReleased,
+    PromptChunkComputed,
     RequestScheduled,
     Submit,
     TokensSampled,
     WeightsUpdated,
 )
-from atom.model.runner import Runner
+from atom.model.runner import Runner, StepPlan
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
@@ -259,6 +260,7 @@ class Batcher:
             self._phase("delivery")
             self._num_steps += 1
             self._published_usage = self._scheduler.kv.usage
+            self._publish_prompt_chunks(plan)
             for output in self._scheduler.update(plan, sampled):
                 self._deliver(output)
             self._publish(
@@ -368,6 +370,22 @@ class Batcher:
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:
             self._release_seq(seq.seq_id, seq.request_id)  # the Scheduler removed it
+
+    def _publish_prompt_chunks(self, plan: StepPlan) -> None:
+        """A `PromptChunkComputed` for each chunk of the step that stopped short of its
+        prompt's end (the others sample a token and say so)."""
+        for chunk in plan.chunks:
+            seq = self._scheduler.seq(chunk.seq_id)
+            if chunk.needs_sample or seq is None or not seq.has_blocks:
+                continue
+            event = PromptChunkComputed(
+                request_id=seq.request_id,
+                choice_idx=seq.choice_idx,
+                num_tokens=len(chunk.token_ids),
+                num_computed=chunk.start_pos + len(chunk.token_ids),
+                num_prompt_tokens=seq.num_prompt_tokens,
+            )
+            self._publish(event)
 
     def _release_seq(self, seq_id: str, request_id: str) -> None:
         """Free the runner's state of a sequence the Scheduler no longer holds; the

@@ -20,6 +20,7 @@ import structlog
 import trio
 
 from atom.actors.bus import Clock, EventBus
+from atom.actors.recent import RecentRequests
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.crash_ring import CrashRing
 from atom.actors.device import DeviceThread
@@ -93,6 +94,8 @@ class Engine:
         self._on_drained = on_drained
         self.bus = EventBus(clock)
         self.crash_ring = CrashRing.on(self.bus, settings.crash_dump_dir)
+        # With a request log, the web page's request view shows the last requests' events.
+        self.recent = RecentRequests.on(self.bus) if settings.request_log else None
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.responses = ResponsesStore(settings.responses_store_max)

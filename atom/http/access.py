@@ -2,7 +2,8 @@
 
 Keys (`--api-key`, repeatable, `--api-key-file`, `ATOM_API_KEY`) are compared in
 constant time with what the request sends as `Authorization: Bearer KEY` or
-`x-api-key: KEY` (Anthropic's header). `/health` and CORS preflights stay open;
+`x-api-key: KEY` (Anthropic's header). `/health`, the web page (`/` and its files
+under `/webui/`, not its feeds under `/webui/api/`) and CORS preflights stay open;
 `/metrics` too unless `--protect-metrics`. CORS follows vLLM's flags and defaults
 (every origin, method and header allowed; no credentials).
 """
@@ -45,7 +46,7 @@ class Access:
         """Whether the request may proceed: no keys configured, an open route, or one
         of the keys sent."""
         path = scope["path"]
-        if not self._keys or path == "/health" or is_preflight(scope):
+        if not self._keys or path == "/health" or is_open_path(path) or is_preflight(scope):
             return True
         if path == "/metrics" and not self._protect_metrics:
             return True
@@ -100,6 +101,11 @@ class Access:
             await send(message)
 
         return sending
+
+
+def is_open_path(path: str) -> bool:
+    """The web page and its files: the page asks for the key, so it loads without one."""
+    return path == "/" or (path.startswith("/webui/") and not path.startswith("/webui/api/"))
 
 
 def is_preflight(scope: MutableMapping[str, Any]) -> bool:

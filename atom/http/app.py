@@ -29,7 +29,7 @@ from atom.errors import (
     RouteNotFound,
     Unauthorized,
 )
-from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize
+from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize, webui
 from atom.http.access import Access, is_preflight
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
@@ -161,6 +161,8 @@ def create_app(
     admin.register(quart, engine)
     render.register(quart, engine)
     openapi.register(quart, settings)
+    if not settings.no_webui:
+        webui.register(quart, engine)
     return AtomApp(quart, engine)
 
 

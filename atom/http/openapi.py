@@ -7,6 +7,7 @@ allows (and what it does not) to every operation."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,8 @@ class Operation:
     query: tuple[str, ...] = ()  # optional string parameters
     enums: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a query parameter's values
     error: str = "Error"  # the error answer, one of ERRORS
+    content_types: tuple[str, ...] = ("application/json",)  # of the 200 answer
+    is_webui: bool = False  # the web page's (absent with --no-webui)
 
 
 _POOLING_ANSWERS = {
@@ -99,7 +102,6 @@ OPERATIONS: tuple[Operation, ...] = (
     _get("/v1/models", "Served models", answers.MODELS),
     _get("/version", "ATOM's version", answers.VERSION),
     _get("/server_info", "Settings and models as loaded", answers.SERVER_INFO),
-    _get("/metrics", "Prometheus metrics (text)", answers.STRING),
     _get("/openapi.json", "This document", {"type": "object"}),
     _get(_RESPONSE_ID, "A stored response", answers.RESPONSE, stream_event=answers.RESPONSE_EVENT,
          query=("stream", "starting_after")),
@@ -121,8 +123,20 @@ OPERATIONS: tuple[Operation, ...] = (
     _get("/is_sleeping", "Whether the server sleeps", answers.SLEEPING),
     _post("/start_profile", "Start a profile (admin; needs --profile-dir)", answers.STATUS),
     _post("/stop_profile", "Stop the profile and write its trace (admin)", answers.STATUS),
+    _get("/metrics", "Prometheus metrics (text)", answers.STRING, content_types=("text/plain",)),
+    _get("/", "The web page (docs/webui.md)", answers.STRING, content_types=("text/html",),
+         is_webui=True),
+    _get("/webui/{name}", "A file of the web page", answers.STRING,
+         content_types=("text/javascript", "text/css", "image/svg+xml"), is_webui=True),
+    _get("/webui/api/engine", "The engine view's feed: each model's gauges and counters",
+         answers.ENGINE_FEED, is_webui=True),
+    _get("/webui/api/requests", "The request view's list (needs --request-log)",
+         answers.RECENT_REQUESTS, is_webui=True),
+    _get("/webui/api/requests/{request_id}", "A recent request's events and the bytes sent",
+         answers.RECENT_REQUEST, is_webui=True),
 )  # fmt: skip
-OPEN_PATHS = frozenset({"/health"})  # answered without a key (and /metrics, unless protected)
+# Answered without a key (and /metrics, unless protected): atom/http/access.py.
+OPEN_PATHS = frozenset({"/health", "/", "/webui/{name}"})
 
 
 def openapi_document(settings: Settings) -> dict[str, Any]:
@@ -135,6 +149,8 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     open_paths = OPEN_PATHS if settings.protect_metrics else OPEN_PATHS | {"/metrics"}
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
+        if op.is_webui and settings.no_webui:
+            continue
         operation = _operation(op, refs)
         if has_keys and op.path in open_paths:
             operation["security"] = []
@@ -159,9 +175,7 @@ def _qualname(model: type[BaseModel]) -> str:
 
 
 def _operation(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
-    ok: dict[str, Any] = {"application/json": {"schema": op.answer}}
-    if op.path == "/metrics":
-        ok = {"text/plain": {"schema": answers.STRING}}
+    ok: dict[str, Any] = {kind: {"schema": op.answer} for kind in op.content_types}
     if op.stream_event is not None:
         ok[SSE] = {"schema": op.stream_event}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
@@ -170,10 +184,8 @@ def _operation(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": op.summary, "responses": responses}
     parameters = [_query(name, answers.STRING) for name in op.query]
     parameters += [_query(name, {"type": "string", "enum": list(v)}) for name, v in op.enums]
-    if "{response_id}" in op.path:
-        parameters.append(
-            {"name": "response_id", "in": "path", "required": True, "schema": answers.STRING}
-        )
+    for name in re.findall(r"\{(\w+)\}", op.path):
+        parameters.append({"name": name, "in": "path", "required": True, "schema": answers.STRING})
     if parameters:
         operation["parameters"] = parameters
     if op.body is not None:

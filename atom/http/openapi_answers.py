@@ -142,6 +142,15 @@ RENDERED_PROMPTS = array(_RENDERED)
 MODEL_CHANGED = obj({"id": STRING, "object": const("model"), "status": STRING, "kind": STRING})
 WEIGHTS_UPDATED = obj({"success": BOOLEAN, "message": STRING, "num_paused_requests": INTEGER})
 SLEEPING = obj({"is_sleeping": BOOLEAN}, {"level": INTEGER})
+_NUMBERS = {"type": "object", "additionalProperties": NUMBER}
+ENGINE_FEED = obj({"at": NUMBER, "request_log": BOOLEAN, "models": {
+    "type": "object", "additionalProperties": _NUMBERS}})  # fmt: skip
+_RECENT = {"id": STRING, "model": STRING, "endpoint": STRING, "state": STRING,
+           "received_at": NUMBER, "num_events": INTEGER}  # fmt: skip
+RECENT_REQUESTS = obj({"request_log": BOOLEAN, "data": array(obj(_RECENT))})
+RECENT_REQUEST = obj({**_RECENT, "num_dropped": INTEGER, "events": array(obj({})),
+                      "response": obj({"status": {"type": ["integer", "null"]},
+                                       "body": STRING})})  # fmt: skip
 INPUT_ITEMS = obj(
     {"object": const("list"), "data": array(obj({"id": STRING})), "has_more": BOOLEAN}
 )

@@ -68,7 +68,9 @@ async def test_the_document_lists_every_served_route_and_nothing_else(tokenizer:
     assert "security" not in document
 
 
-async def test_with_keys_every_route_but_health_and_metrics_needs_one(tokenizer: Any) -> None:
+async def test_with_keys_every_route_but_health_metrics_and_the_page_needs_one(
+    tokenizer: Any,
+) -> None:
     app = create_app(Settings(api_key=("k",)), load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await wait_ready(app)
@@ -79,7 +81,21 @@ async def test_with_keys_every_route_but_health_and_metrics_needs_one(tokenizer:
     open_ops = {
         p for p, ops in document["paths"].items() if ops.get("get", {}).get("security") == []
     }
-    assert open_ops == {"/health", "/metrics"}
+    assert open_ops == {"/health", "/metrics", "/", "/webui/{name}"}
+
+
+async def test_without_the_web_page_its_routes_are_neither_served_nor_documented(
+    tokenizer: Any,
+) -> None:
+    app = create_app(Settings(no_webui=True), load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        document = (await client.get("/openapi.json")).json()
+        page = await client.get("/")
+    assert page.status_code == 404 and page.json()["error"]["code"] == "not_found"
+    documented = {(m, p) for p, ops in document["paths"].items() for m in ops}
+    assert documented == served_routes(app)
+    assert not any(p == "/" or p.startswith("/webui/") for _, p in documented)
 
 
 @pytest.fixture(scope="module")

@@ -127,6 +127,9 @@ class Scheduler:
             self.kv.free(seq_id)
         return seq
 
+    def seq(self, seq_id: str) -> Sequence | None:
+        return self._seqs.get(seq_id)
+
     def seqs_of(self, request_id: str) -> list[Sequence]:
         return [s for s in self._seqs.values() if s.request_id == request_id]
 
