@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterable
 from dataclasses import fields
+from typing import Any
 
 import trio
 
@@ -39,7 +40,9 @@ def parser() -> argparse.ArgumentParser:
         value = json.dumps(list(default)) if isinstance(default, tuple) else default
         shown = "" if default is None else f"; default: {value}"
         # A true/false setting's flag alone means true (`--no-webui`), as vLLM's do.
-        switch = {"nargs": "?", "const": "true"} if isinstance(default, bool) else {}
+        switch: dict[str, Any] = (
+            {"nargs": "?", "const": "true"} if isinstance(default, bool) else {}
+        )
         serve.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -37,14 +37,14 @@ from atom.events import (
     ModelSlept,
     ModelWoke,
     PrefixCacheReset,
-    RequestReleased,
     PromptChunkComputed,
+    RequestReleased,
     RequestScheduled,
     Submit,
     TokensSampled,
     WeightsUpdated,
 )
-from atom.model.runner import Runner, StepPlan
+from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
@@ -260,9 +260,7 @@ class Batcher:
             self._phase("delivery")
             self._num_steps += 1
             self._published_usage = self._scheduler.kv.usage
-            self._publish_prompt_chunks(plan)
-            for output in self._scheduler.update(plan, sampled):
-                self._deliver(output)
+            self._record(plan, sampled)
             self._publish(
                 EngineStepped(
                     model=self._model,
@@ -371,9 +369,9 @@ class Batcher:
         if output.finish_reason is not None:
             self._release_seq(seq.seq_id, seq.request_id)  # the Scheduler removed it
 
-    def _publish_prompt_chunks(self, plan: StepPlan) -> None:
-        """A `PromptChunkComputed` for each chunk of the step that stopped short of its
-        prompt's end (the others sample a token and say so)."""
+    def _record(self, plan: StepPlan, sampled: Mapping[str, Sampled]) -> None:
+        """Publish a step's results: a `PromptChunkComputed` for each chunk that stopped
+        short of its prompt's end, then the sampled tokens."""
         for chunk in plan.chunks:
             seq = self._scheduler.seq(chunk.seq_id)
             if chunk.needs_sample or seq is None or not seq.has_blocks:
@@ -386,6 +384,8 @@ class Batcher:
                 num_prompt_tokens=seq.num_prompt_tokens,
             )
             self._publish(event)
+        for output in self._scheduler.update(plan, sampled):
+            self._deliver(output)
 
     def _release_seq(self, seq_id: str, request_id: str) -> None:
         """Free the runner's state of a sequence the Scheduler no longer holds; the

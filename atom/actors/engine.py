@@ -20,13 +20,13 @@ import structlog
 import trio
 
 from atom.actors.bus import Clock, EventBus
-from atom.actors.recent import RecentRequests
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.crash_ring import CrashRing
 from atom.actors.device import DeviceThread
 from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
 from atom.actors.profiler import Phases, Profiler
+from atom.actors.recent import RecentRequests
 from atom.actors.tap import OutputTap
 from atom.config import Settings
 from atom.errors import Conflict, EngineFailed, ServerDraining
@@ -90,12 +90,10 @@ class Engine:
     ) -> None:
         self.settings = settings
         self._stop_process = on_fatal
-        # Given, SIGTERM and SIGINT drain the server and `on_drained` ends the process.
-        self._on_drained = on_drained
+        self._on_drained = on_drained  # given: SIGTERM/SIGINT drain, then it ends the process
         self.bus = EventBus(clock)
         self.crash_ring = CrashRing.on(self.bus, settings.crash_dump_dir)
-        # With a request log, the web page's request view shows the last requests' events.
-        self.recent = RecentRequests.on(self.bus) if settings.request_log else None
+        self.recent = RecentRequests.on(self.bus) if settings.request_log else None  # web page
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)
         self.responses = ResponsesStore(settings.responses_store_max)

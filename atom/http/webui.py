@@ -109,6 +109,5 @@ def _details(request_id: str, recorded: Recorded) -> dict[str, Any]:
         "body": bytes(response.body).decode("utf-8", errors="replace"),
         "is_complete": response.is_complete,
     }
-    return {**_summary(request_id, recorded), "num_dropped": recorded.num_dropped,
-            "events": records, "response": sent}  # fmt: skip
-
+    summary = _summary(request_id, recorded)
+    return {**summary, "num_dropped": recorded.num_dropped, "events": records, "response": sent}

@@ -8,7 +8,15 @@ from atom.actors.bus import EventBus
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.errors import EngineFailed, Overloaded
-from atom.events import Abort, Envelope, RequestReleased, SamplingParams, Submit, TokensSampled
+from atom.events import (
+    Abort,
+    Envelope,
+    PromptChunkComputed,
+    RequestReleased,
+    SamplingParams,
+    Submit,
+    TokensSampled,
+)
 from atom.model.fake_runner import FakeRunner
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
@@ -69,6 +77,26 @@ async def test_requests_are_batched_and_finish_with_eos() -> None:
     assert runner.num_sequences() == 0
     released = [e.event.request_id for e in seen if isinstance(e.event, RequestReleased)]
     assert sorted(released) == ["a", "b"]
+
+
+async def test_a_prompt_longer_than_a_step_reports_each_chunk_before_its_first_token() -> None:
+    runner = FakeRunner(eos_token_id=0)
+    batcher, seen = make(runner)  # 64 tokens a step
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        long, short = Outbox(), Outbox()
+        batcher.submit_nowait(submit("long", n=2, prompt=tuple(range(1, 151))), long)
+        batcher.submit_nowait(submit("short"), short)
+        await drain(long), await drain(short)
+        nursery.cancel_scope.cancel()
+    chunks = [e.event for e in seen if isinstance(e.event, PromptChunkComputed)]
+    assert {c.request_id for c in chunks} == {"long"}  # "short" fits a step with room
+    first = [c for c in chunks if c.choice_idx == 0]
+    assert [(c.num_tokens, c.num_computed) for c in first] == [(64, 64), (64, 128)]
+    assert all(c.num_prompt_tokens == 150 for c in chunks)
+    events = [e.event for e in seen if getattr(e.event, "request_id", None) == "long"]
+    first_token = next(i for i, e in enumerate(events) if isinstance(e, TokensSampled))
+    assert all(events.index(c) < first_token for c in first)
 
 
 async def test_abort_frees_everything_at_the_next_step() -> None:

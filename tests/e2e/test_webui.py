@@ -30,8 +30,13 @@ LONG_ANSWER = "Tell me a very long story about a dragon who learns to bake bread
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    with chromium(tmp_path_factory.mktemp("downloads")) as driver:
+def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads: Path) -> Iterator[webdriver.Chrome]:
+    with chromium(downloads) as driver:
         yield driver
 
 
@@ -133,8 +138,8 @@ def test_stop_ends_the_stream_and_the_server_frees_the_request(
     ]
 
 
-def test_edit_and_resend_replaces_the_question_and_its_answer(
-    page: webdriver.Chrome, server: Server
+def test_edit_and_resend_replaces_the_question_and_export_saves_it(
+    page: webdriver.Chrome, server: Server, downloads: Path
 ) -> None:
     set_setting(page, "max_tokens", "8")
     send(page, "What is the capital of France?")
@@ -151,6 +156,10 @@ def test_edit_and_resend_replaces_the_question_and_its_answer(
     assert conversation["messages"][0]["content"] == "What is the capital of Italy?"
     assert conversation["settings"]["max_tokens"] == 8
     assert conversation["messages"][1]["stats"]["tokens"] <= 8
+    page.find_element(By.ID, "export-chats").click()
+    export = downloads / "atom-conversations.json"
+    wait_for(lambda: export.exists() and export.stat().st_size > 0)
+    assert json.loads(export.read_text())["conversations"] == kept
 
 
 HOSTILE = """# A heading
@@ -253,7 +262,8 @@ def test_request_view_shows_a_finished_requests_events_and_bytes(
     sent = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=headers, timeout=120)
     assert sent.status_code == 200, sent.text
     page.find_element(By.ID, "tab-requests").click()
-    item = wait_for(lambda: page.find_element(By.CSS_SELECTOR, 'li[data-id="chatcmpl-webui-request-view"]'))
+    listed = 'li[data-id="chatcmpl-webui-request-view"]'  # the endpoint's prefix, then the id
+    item = wait_for(lambda: page.find_element(By.CSS_SELECTOR, listed))
     assert "completed" in item.text
     item.click()
     rows = wait_for(lambda: page.find_elements(By.CSS_SELECTOR, ".timeline li"))
@@ -263,7 +273,8 @@ def test_request_view_shows_a_finished_requests_events_and_bytes(
     assert "prompt_chunk_computed" in types  # ~2,400 prompt tokens: more than one step's budget
     blocks = page.find_elements(By.CSS_SELECTOR, ".request-detail pre")
     assert json.loads(blocks[0].get_attribute("textContent"))["max_tokens"] == 5
-    assert json.loads(blocks[1].get_attribute("textContent")) == sent.json()  # the exact bytes, rebuilt from events
+    # the bytes the client got, rebuilt from the events
+    assert json.loads(blocks[1].get_attribute("textContent")) == sent.json()
     page.save_screenshot(str(shots / "webui-requests.png"))
 
 
