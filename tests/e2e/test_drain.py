@@ -64,7 +64,7 @@ def test_sigterm_lets_running_streams_finish_refuses_new_ones_and_exits_0(
 ) -> None:
     log_path = tmp_path / "log.jsonl"
     with server_process(log_path, ATOM_SHUTDOWN_TIMEOUT="120") as (proc, url):
-        streams = start_streams(url, 3, max_tokens=48)
+        streams = start_streams(url, 3, max_tokens=400)  # still streaming when the signal comes
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)  # the signal reaches the engine
         health = httpx.get(f"{url}/health")
