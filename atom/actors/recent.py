@@ -31,10 +31,14 @@ MAX_EVENTS = 20_000
 class Recorded:
     """One request's envelopes, in publishing order."""
 
-    first: Envelope  # its request_received or pooling_requested
-    envelopes: list[Envelope] = field(default_factory=list)
+    envelopes: list[Envelope] = field(default_factory=list)  # from request_received on
     num_dropped: int = 0  # envelopes past max_events
     state: str = "running"  # then "completed", "failed" or "aborted"
+
+    @property
+    def first(self) -> Envelope:
+        """Its request_received or pooling_requested."""
+        return self.envelopes[0]
 
     @property
     def model(self) -> str:
@@ -74,7 +78,7 @@ class RecentRequests:
         if not isinstance(event, RequestEvent):
             return
         if isinstance(event, RequestReceived | PoolingRequested):
-            self._requests[event.request_id] = Recorded(first=envelope)
+            self._requests[event.request_id] = Recorded()
             while len(self._requests) > self._max_requests:
                 self._requests.popitem(last=False)
         recorded = self._requests.get(event.request_id)
