@@ -25,6 +25,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    speculative_config: str | None = None  # a JSON object, as vLLM's
     quantization: str = "auto"
     cpu_kernels: str = "auto"
     model_impl: str = "auto"
@@ -108,6 +109,8 @@ HELP = {
     "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
     "gpu_memory_utilization": "CUDA: share of device memory the process may use",
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
+    "speculative_config": "speculative decoding, vLLM's JSON: "
+    '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}',
     "quantization": "CPU weights: auto (a GGUF's quantized tensors on integer kernels in "
     "their own block format), off (float32), int8 or int4",
     "cpu_kernels": "ATOM's C++ CPU kernels: auto, on or off",

@@ -296,10 +296,21 @@ class RequestScheduled(RequestEvent):
     num_running: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftsVerified:
+    """Speculative decoding in one step of one choice: the draft tokens proposed, and
+    how many of them, from the first, the model agreed with (each accepted draft is one
+    of the step's tokens; the token after them is the model's own)."""
+
+    num_draft_tokens: int
+    num_accepted_tokens: int
+
+
 @_tagged("tokens_sampled")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokensSampled(RequestEvent):
-    """One step's sampled tokens for one choice; `finish_reason` when the sequence ended."""
+    """One step's sampled tokens for one choice; `finish_reason` when the sequence ended.
+    Several tokens when the step verified drafts (`drafts`)."""
 
     choice_idx: int
     token_ids: tuple[int, ...]
@@ -307,6 +318,7 @@ class TokensSampled(RequestEvent):
     num_cached_tokens: int | None = None  # on a choice's first token: its prefix-cache hit
     logprobs: tuple[TokenLogprobs, ...] | None = None  # one per token, when asked for
     prompt_logprobs: tuple[TokenLogprobs, ...] | None = None  # first token: prompt tokens 1..
+    drafts: DraftsVerified | None = None  # None: no drafts this step
 
 
 @_tagged("prompt_chunk_computed")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from atom.events import (
     ChoiceFinished,
+    DraftsVerified,
     EngineIdle,
     EngineStepped,
     Envelope,
@@ -77,6 +78,10 @@ class ModelMetrics:
         self.num_preemptions = 0
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.num_drafts = 0  # steps that verified drafts, one a choice
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.accepted_per_pos = Counter[int]()  # draft position → times accepted
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
@@ -137,6 +142,8 @@ class ModelMetrics:
             self.num_running += 1
         elif isinstance(event, TokensSampled):
             self.generation_tokens += len(event.token_ids)
+            if event.drafts is not None:
+                self._on_drafts(event.drafts)
         elif isinstance(event, ChoiceFinished):
             self.success[event.finish_reason.value] += 1
         elif isinstance(event, RequestReleased) and event.was_scheduled:
@@ -147,6 +154,12 @@ class ModelMetrics:
             self.e2e.observe(envelope.at - usage.received_at)
         if isinstance(event, RequestCompleted | RequestFailed | RequestAborted):
             self._requests.pop(rid, None)
+
+    def _on_drafts(self, drafts: DraftsVerified) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += drafts.num_draft_tokens
+        self.num_accepted_tokens += drafts.num_accepted_tokens
+        self.accepted_per_pos.update(range(drafts.num_accepted_tokens))
 
     def snapshot(self) -> dict[str, float]:
         """The gauges and counters now, for the web page's engine view (which turns the
@@ -211,6 +224,13 @@ class Metrics:
             lines.extend(_head(family, "histogram"))
             for labels, m in folds:
                 lines.extend(m.histogram(family).lines(f"atom:{family}", labels))
+        lines.extend(_head("spec_decode_num_accepted_tokens_per_pos_total", "counter"))
+        for labels, m in folds:
+            for pos in sorted(m.accepted_per_pos):
+                lines.append(
+                    f"atom:spec_decode_num_accepted_tokens_per_pos_total"
+                    f'{{{labels},position="{pos}"}} {m.accepted_per_pos[pos]}'
+                )
         if request_log_failures is not None:
             lines.extend(_head("request_log_failures_total", "counter"))
             lines.append(f"atom:request_log_failures_total {request_log_failures}")
@@ -248,6 +268,9 @@ _FAMILIES: tuple[tuple[str, str, Callable[[ModelMetrics], float]], ...] = (
     ("num_preemptions_total", "counter", lambda m: m.num_preemptions),
     ("prefix_cache_queries_total", "counter", lambda m: m.prefix_cache_queries),
     ("prefix_cache_hits_total", "counter", lambda m: m.prefix_cache_hits),
+    ("spec_decode_num_drafts_total", "counter", lambda m: m.num_drafts),
+    ("spec_decode_num_draft_tokens_total", "counter", lambda m: m.num_draft_tokens),
+    ("spec_decode_num_accepted_tokens_total", "counter", lambda m: m.num_accepted_tokens),
 )
 
 
@@ -260,6 +283,11 @@ _HELP = {
     "num_preemptions_total": "Sequences preempted to free KV-cache blocks.",
     "prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
     "prefix_cache_hits_total": "Prompt tokens found in the prefix cache.",
+    "spec_decode_num_drafts_total": "Speculative steps: a choice's drafts verified once.",
+    "spec_decode_num_draft_tokens_total": "Draft tokens proposed.",
+    "spec_decode_num_accepted_tokens_total": "Draft tokens the model accepted.",
+    "spec_decode_num_accepted_tokens_per_pos_total": "Draft tokens accepted, by position "
+    "in the draft (0 is the first).",
     "request_success_total": "Choices finished, by finish reason.",
     "time_to_first_token_seconds": "Seconds from receiving a request to its first token.",
     "inter_token_latency_seconds": "Seconds between consecutive tokens of a choice.",

@@ -63,12 +63,12 @@ def main() -> None:
         for i in range(args.batch)
     ]
     out = runner.step(StepPlan(chunks=tuple(chunks)))
-    history = {c.seq_id: [out[c.seq_id].token_id] for c in chunks}
+    history = {c.seq_id: [out[c.seq_id][0].token_id] for c in chunks}
     started = time.perf_counter()
     for step in range(args.steps):
         plan = StepPlan(chunks=tuple(decode(c, history[c.seq_id], step) for c in chunks))
         for seq_id, sampled in runner.step(plan).items():
-            history[seq_id].append(sampled.token_id)
+            history[seq_id].extend(t.token_id for t in sampled)
     step_s = (time.perf_counter() - started) / args.steps
     rows = [
         RowContext(

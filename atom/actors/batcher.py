@@ -359,17 +359,18 @@ class Batcher:
         event = TokensSampled(
             request_id=seq.request_id,
             choice_idx=seq.choice_idx,
-            token_ids=(output.token_id,),
+            token_ids=output.token_ids,
             finish_reason=output.finish_reason,
             num_cached_tokens=seq.num_cached_tokens if output.is_first else None,
-            logprobs=None if output.logprobs is None else (output.logprobs,),
+            logprobs=tuple(t.logprobs for t in output.tokens if t.logprobs) or None,
             prompt_logprobs=output.prompt_logprobs,
+            drafts=output.drafts,
         )
         admitted.outbox.put_nowait(self._publish(event))
         if output.finish_reason is not None:
             self._release_seq(seq.seq_id, seq.request_id)  # the Scheduler removed it
 
-    def _record(self, plan: StepPlan, sampled: Mapping[str, Sampled]) -> None:
+    def _record(self, plan: StepPlan, sampled: Mapping[str, tuple[Sampled, ...]]) -> None:
         """Publish a step's results: a `PromptChunkComputed` for each chunk that stopped
         short of its prompt's end, then the sampled tokens."""
         for chunk in plan.chunks:

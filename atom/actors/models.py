@@ -36,6 +36,7 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.model.speculation.config import parse_speculative_config
 from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
@@ -87,6 +88,7 @@ class Models:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
         check_choice("scheduling-policy", settings.scheduling_policy, ("fcfs", "priority"))
         check_choice("while-asleep", settings.while_asleep, ("reject", "wait"))
+        self._speculation = parse_speculative_config(settings.speculative_config)
 
     # --- routing (called by the routes, on the event loop) -------------------------
 
@@ -327,6 +329,7 @@ class Models:
             eos_token_ids=runner.eos_token_ids,
             max_model_len=runtime.max_model_len,
             by_priority=s.scheduling_policy == "priority",
+            speculation=self._speculation,
         )
         return Batcher(
             runner,

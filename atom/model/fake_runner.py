@@ -56,7 +56,7 @@ class FakeRunner:
     def eos_token_ids(self) -> frozenset[int]:
         return frozenset({self.eos_token_id})
 
-    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+    def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         assert not self.is_asleep_at, "a step while asleep"
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
@@ -64,13 +64,24 @@ class FakeRunner:
         for chunk in plan.chunks:  # write every chunk first: one forward sees them all
             for offset, token in enumerate(chunk.token_ids):
                 self._slots[self._slot(chunk, chunk.start_pos + offset)] = token
-        return {c.seq_id: Sampled(token_id=self._sample(c)) for c in plan.chunks if c.needs_sample}
+        return {c.seq_id: self._verify(c) for c in plan.chunks if c.needs_sample}
 
     def _slot(self, chunk: SeqChunk, pos: int) -> int:
         return slot_of(chunk.block_ids, pos, self.block_size)
 
-    def _sample(self, chunk: SeqChunk) -> int:
-        end = chunk.start_pos + len(chunk.token_ids)
+    def _verify(self, chunk: SeqChunk) -> tuple[Sampled, ...]:
+        """The next token, then one more after each draft equal to the token before it."""
+        end = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
+        run = [self._sample(chunk, end)]
+        for draft in chunk.draft_ids:
+            if run[-1] != draft:
+                break
+            end += 1
+            run.append(self._sample(chunk, end))
+        return tuple(Sampled(token_id=t) for t in run)
+
+    def _sample(self, chunk: SeqChunk, end: int) -> int:
+        """The token after the first `end` positions of the chunk's sequence."""
         context = tuple(self._slots[self._slot(chunk, pos)] for pos in range(end))
         seq = self._seqs.get(chunk.seq_id)
         if seq is None:

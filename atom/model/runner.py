@@ -2,8 +2,8 @@
 
 The Scheduler owns sequence bookkeeping (how many tokens each sequence has, when it
 ends; the Batcher alone calls it); a Runner owns per-sequence device state (KV
-cache, sampling generator) and turns one StepPlan into one sampled token per
-scheduled sequence.
+cache, sampling generator) and turns one StepPlan into the sampled tokens of each
+scheduled sequence: one, or with draft tokens the drafts it accepted and one more.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ class SeqChunk:
     seeds the sequence's own generator when the runner first sees it. `block_ids`
     is the sequence's block table; it covers every position below
     `start_pos + len(token_ids)`, and positions below `start_pos` are already there.
+
+    The last `num_draft_tokens` of `token_ids` are proposals (speculative decoding):
+    the runner samples at the position before each draft and after the last, keeps
+    each draft while it equals the token sampled there, and returns those tokens up
+    to and including the first that differs (or the one after the last draft).
     """
 
     seq_id: str
@@ -41,9 +46,14 @@ class SeqChunk:
     params: SamplingParams
     seed: int
     needs_sample: bool = True
+    num_draft_tokens: int = 0
     num_prompt_tokens: int = 0
     prompt_ids: tuple[int, ...] = ()  # filled only when params.needs_history
     output_ids: tuple[int, ...] = ()  # likewise
+
+    @property
+    def draft_ids(self) -> tuple[int, ...]:
+        return self.token_ids[len(self.token_ids) - self.num_draft_tokens :]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +81,10 @@ class Runner(Protocol):
     num_blocks: int
     block_size: int
 
-    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
-        """Run every chunk in one forward; return the sampled token (and logprobs when
-        asked) of each chunk that `needs_sample`, by seq_id."""
+    def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
+        """Run every chunk in one forward; return the sampled tokens (and logprobs when
+        asked) of each chunk that `needs_sample`, by seq_id: one token, or for a chunk
+        with drafts the accepted drafts and the token after them."""
         ...
 
     def release(self, seq_id: str) -> None:

@@ -105,7 +105,7 @@ class TorchRunner:
             self.model.to(self._device)
         self._allocate_kv_cache()
 
-    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+    def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         with torch.inference_mode():
             picked = [c for c in plan.chunks if c.needs_sample]
             keep = self._keep(plan.chunks)
@@ -118,20 +118,39 @@ class TorchRunner:
 
     def _sample(
         self, picked: list[SeqChunk], logits: torch.Tensor, keep: dict[str, list[int]]
-    ) -> Mapping[str, Sampled]:
-        """The next token of every sampling chunk (and its logprobs when asked)."""
-        last = torch.tensor([rows[-1] for rows in keep.values()], device=logits.device)
-        processed = process(logits[last], [self._row(c) for c in picked])
-        self.grammars.constrain(picked, processed)
-        generators = [self._generator(c) for c in picked]
-        tokens = sample(processed, [c.params for c in picked], generators)
-        for chunk, token in zip(picked, tokens, strict=True):
-            self.grammars.accept(chunk, token.token_id)
-        tokens = [
-            self._with_prompt_logprobs(c, t, logits, keep)
-            for c, t in zip(picked, tokens, strict=True)
-        ]
-        return {chunk.seq_id: token for chunk, token in zip(picked, tokens, strict=True)}
+    ) -> Mapping[str, tuple[Sampled, ...]]:
+        """The tokens of every sampling chunk, position by position: every chunk samples
+        its next token; a chunk with drafts samples again after each draft that equals
+        the token sampled before it. Each position samples exactly as a one-token step
+        there would (processors over the history so far, the grammar's state, the
+        sequence's generator): drafts change how many forwards run, not how a token is
+        chosen from its logits."""
+        runs: dict[str, list[Sampled]] = {c.seq_id: [] for c in picked}
+        alive = picked
+        while alive:
+            tokens = self._sample_next(alive, runs, logits, keep)
+            for chunk, token in zip(alive, tokens, strict=True):
+                self.grammars.accept(chunk, token.token_id)
+                if not runs[chunk.seq_id]:
+                    token = self._with_prompt_logprobs(chunk, token, logits, keep)
+                runs[chunk.seq_id].append(token)
+            alive = [c for c in alive if _draft_matches(c, runs[c.seq_id])]
+        return {seq_id: tuple(run) for seq_id, run in runs.items()}
+
+    def _sample_next(
+        self,
+        chunks: list[SeqChunk],
+        runs: dict[str, list[Sampled]],
+        logits: torch.Tensor,
+        keep: dict[str, list[int]],
+    ) -> list[Sampled]:
+        """The token after each chunk's run so far, from the logits of that position."""
+        rows = [keep[c.seq_id][len(runs[c.seq_id]) - 1 - c.num_draft_tokens] for c in chunks]
+        contexts = [self._row(c, tuple(t.token_id for t in runs[c.seq_id])) for c in chunks]
+        processed = process(logits[torch.tensor(rows, device=logits.device)], contexts)
+        self.grammars.constrain(chunks, processed)
+        generators = [self._generator(c) for c in chunks]
+        return sample(processed, [c.params for c in chunks], generators)
 
     @staticmethod
     def _keep(chunks: tuple[SeqChunk, ...]) -> dict[str, list[int]]:
@@ -141,8 +160,8 @@ class TorchRunner:
         row = 0
         for chunk in chunks:
             if chunk.needs_sample:
-                wants_prompt = chunk.params.prompt_logprobs is not None and chunk.start_pos == 0
-                count = len(chunk.token_ids) if wants_prompt else 1
+                wants_prompt = _wants_prompt_logprobs(chunk)
+                count = len(chunk.token_ids) if wants_prompt else 1 + chunk.num_draft_tokens
                 keep[chunk.seq_id] = list(range(row, row + count))
                 row += count
         return keep
@@ -150,9 +169,9 @@ class TorchRunner:
     def _with_prompt_logprobs(
         self, chunk: SeqChunk, sampled: Sampled, logits: torch.Tensor, keep: dict[str, list[int]]
     ) -> Sampled:
-        rows = keep[chunk.seq_id]
-        if len(rows) == 1:
+        if not _wants_prompt_logprobs(chunk):
             return sampled
+        rows = keep[chunk.seq_id]
         n_prompt = chunk.num_prompt_tokens
         raw = logits[rows[: n_prompt - 1]]  # position i predicts prompt token i + 1
         entries = prompt_logprobs(
@@ -162,12 +181,14 @@ class TorchRunner:
             token_id=sampled.token_id, logprobs=sampled.logprobs, prompt_logprobs=entries
         )
 
-    def _row(self, chunk: SeqChunk) -> RowContext:
-        end = chunk.start_pos + len(chunk.token_ids)
+    def _row(self, chunk: SeqChunk, accepted: tuple[int, ...]) -> RowContext:
+        """The processors' view of `chunk`'s sequence with `accepted` tokens after it."""
+        end = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens + len(accepted)
+        history = chunk.params.needs_history
         return RowContext(
             params=chunk.params,
             prompt_ids=chunk.prompt_ids,
-            output_ids=chunk.output_ids,
+            output_ids=chunk.output_ids + accepted if history else (),
             num_output=end - chunk.num_prompt_tokens,
             eos_token_ids=self.eos_token_ids,
         )
@@ -196,13 +217,18 @@ class TorchRunner:
         dev, bs = self._device, self.block_size
         write: list[int] = []
         prefills: list[PrefillSlice] = []
-        decodes: list[tuple[int, SeqChunk]] = []
+        decodes: list[tuple[int, SeqChunk, int]] = []  # query row, chunk, tokens it sees
         for chunk in chunks:
             end = chunk.start_pos + len(chunk.token_ids)
             write.extend(slot_of(chunk.block_ids, p, bs) for p in range(chunk.start_pos, end))
             q_start = len(write) - len(chunk.token_ids)
-            if len(chunk.token_ids) == 1:
-                decodes.append((q_start, chunk))
+            if len(chunk.token_ids) == 1 + chunk.num_draft_tokens:
+                # One new token, and each draft after it, attends as a one-token step
+                # would (the same kernel and arithmetic), over the positions before it.
+                decodes.extend(
+                    (q_start + j, chunk, chunk.start_pos + 1 + j)
+                    for j in range(len(chunk.token_ids))
+                )
             else:
                 read = [slot_of(chunk.block_ids, p, bs) for p in range(end)]
                 slots = torch.tensor(read, device=dev)
@@ -221,13 +247,13 @@ class TorchRunner:
             decode=self._decode_group(decodes) if decodes else None,
         )
 
-    def _decode_group(self, decodes: list[tuple[int, SeqChunk]]) -> DecodeGroup:
+    def _decode_group(self, decodes: list[tuple[int, SeqChunk, int]]) -> DecodeGroup:
         dev, bs = self._device, self.block_size
-        q_idx = torch.tensor([q for q, _ in decodes], device=dev)
-        lengths = [c.start_pos + 1 for _, c in decodes]
+        q_idx = torch.tensor([q for q, _, _ in decodes], device=dev)
+        lengths = [n for _, _, n in decodes]
         if self._decode_kernel is not None:
-            width = max(len(c.block_ids) for _, c in decodes)
-            tables = [list(c.block_ids) + [0] * (width - len(c.block_ids)) for _, c in decodes]
+            width = max(len(c.block_ids) for _, c, _ in decodes)
+            tables = [list(c.block_ids) + [0] * (width - len(c.block_ids)) for _, c, _ in decodes]
             return KernelDecode(
                 q_idx=q_idx,
                 block_tables=torch.tensor(tables, dtype=torch.long, device=dev),
@@ -238,7 +264,7 @@ class TorchRunner:
         max_len = max(lengths)
         padded = [
             [slot_of(c.block_ids, p, bs) for p in range(n)] + [0] * (max_len - n)
-            for (_, c), n in zip(decodes, lengths, strict=True)
+            for _, c, n in decodes
         ]
         ends = torch.tensor(lengths, device=dev)
         real = torch.arange(max_len, device=dev)[None, :] < ends[:, None]
@@ -263,3 +289,16 @@ class TorchRunner:
 
     def num_sequences(self) -> int:
         return len(self._generators)
+
+
+def _draft_matches(chunk: SeqChunk, run: list[Sampled]) -> bool:
+    """Whether the token just sampled equals the draft at its position, so the position
+    after that draft is sampled too."""
+    depth = len(run) - 1
+    return depth < chunk.num_draft_tokens and run[-1].token_id == chunk.draft_ids[depth]
+
+
+def _wants_prompt_logprobs(chunk: SeqChunk) -> bool:
+    """A whole prompt in one chunk whose prompt logprobs are asked for: every row's
+    logits are kept."""
+    return chunk.params.prompt_logprobs is not None and chunk.start_pos == 0

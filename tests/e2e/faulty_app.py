@@ -29,7 +29,7 @@ class Faulty:
     def __init__(self, runner: Runner, flag: str, fault: str) -> None:
         self._runner, self._flag, self._fault = runner, flag, fault
 
-    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+    def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         if os.path.exists(self._flag):
             if self._fault == "raise":
                 raise RuntimeError("an injected runner fault")

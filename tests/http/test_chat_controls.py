@@ -31,7 +31,7 @@ class Recording(FakeRunner):
 
     prompts: list[tuple[int, ...]] = []  # one list per test: reset in `app`
 
-    def step(self, plan: StepPlan) -> Mapping[str, Sampled]:
+    def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         self.prompts.extend(c.token_ids for c in plan.chunks if c.start_pos == 0)
         return super().step(plan)
 

@@ -106,7 +106,7 @@ def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
     def step() -> None:
         plan = scheduler.schedule()
         for out in scheduler.update(plan, runner.step(plan)):
-            outputs.setdefault(out.seq.seq_id, []).append(out.token_id)
+            outputs.setdefault(out.seq.seq_id, []).extend(out.token_ids)
             if out.finish_reason is not None:
                 runner.release(out.seq.seq_id)
         kv.check_invariants()

@@ -59,7 +59,7 @@ def test_contract_prefix_hit_gives_the_same_tokens_as_a_miss(name: str) -> None:
         while scheduler.num_seqs:
             plan = scheduler.schedule()
             num_hit += scheduler.stats.prefix_cache_hits
-            out += [o.token_id for o in scheduler.update(plan, runner.step(plan))]
+            out += [t for o in scheduler.update(plan, runner.step(plan)) for t in o.token_ids]
         runner.release(f"{len(hits)}/0")
         hits.append((out, num_hit))
     assert [out for out, _ in hits] == miss

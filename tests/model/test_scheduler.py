@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+
 from atom.events import FinishReason, SamplingParams, Submit
 from atom.model.runner import Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.model.speculation.config import SpeculativeConfig
 
 EOS = 0
 
@@ -35,7 +38,7 @@ def test_long_prompt_is_prefilled_in_chunks_within_budget() -> None:
     for _ in range(3):
         plan = s.schedule()
         plans.append(plan)
-        s.update(plan, {c.seq_id: Sampled(token_id=7) for c in plan.chunks if c.needs_sample})
+        s.update(plan, {c.seq_id: (Sampled(token_id=7),) for c in plan.chunks if c.needs_sample})
     assert [p.num_tokens for p in plans] == [8, 8, 4]
     assert [c.needs_sample for p in plans for c in p.chunks] == [False, False, True]
     assert [c.start_pos for p in plans for c in p.chunks] == [0, 8, 16]
@@ -45,7 +48,7 @@ def test_decodes_go_first_and_prefill_takes_the_rest() -> None:
     s = make(budget=8)
     s.add(submit("a", 3))
     plan = s.schedule()
-    s.update(plan, {"a/0": Sampled(token_id=5)})
+    s.update(plan, {"a/0": (Sampled(token_id=5),)})
     s.add(submit("b", 20))
     plan = s.schedule()
     assert [(c.seq_id, len(c.token_ids)) for c in plan.chunks] == [("a/0", 1), ("b/0", 7)]
@@ -56,12 +59,12 @@ def test_finish_on_eos_and_on_max_tokens() -> None:
     s.add(submit("a", 2, max_tokens=2))
     s.add(submit("b", 2))
     plan = s.schedule()
-    outs = s.update(plan, {"a/0": Sampled(token_id=9), "b/0": Sampled(token_id=EOS)})
+    outs = s.update(plan, {"a/0": (Sampled(token_id=9),), "b/0": (Sampled(token_id=EOS),)})
     assert [(o.seq.seq_id, o.finish_reason) for o in outs] == [
         ("a/0", None),
         ("b/0", FinishReason.STOP),
     ]
-    outs = s.update(s.schedule(), {"a/0": Sampled(token_id=9)})
+    outs = s.update(s.schedule(), {"a/0": (Sampled(token_id=9),)})
     assert outs[0].finish_reason is FinishReason.LENGTH
     assert s.num_seqs == 0
 
@@ -89,10 +92,96 @@ def test_under_priority_the_lowest_value_is_served_first_and_the_highest_preempt
         s.add(Submit(request_id="old", prompt_ids=(1, 2, 3), params=params, priority=5))
         s.add(Submit(request_id="new", prompt_ids=(4, 5, 6), params=params, priority=0))
         first = s.schedule()
-        s.update(first, {c.seq_id: Sampled(token_id=7) for c in first.chunks})
-        s.update(s.schedule(), {"old/0": Sampled(token_id=7), "new/0": Sampled(token_id=7)})
+        s.update(first, {c.seq_id: (Sampled(token_id=7),) for c in first.chunks})
+        s.update(s.schedule(), {"old/0": (Sampled(token_id=7),), "new/0": (Sampled(token_id=7),)})
         crowded = s.schedule()  # both need a second block: only one is left
         return [c.seq_id for c in first.chunks], [c.seq_id for c in crowded.chunks]
 
     assert run(by_priority=False) == (["old/0", "new/0"], ["old/0"])  # the newest yields
     assert run(by_priority=True) == (["new/0", "old/0"], ["new/0"])  # priority 5 yields
+
+
+# --- speculation ---------------------------------------------------------------------
+
+SPEC = SpeculativeConfig(
+    method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2
+)
+
+
+def speculating(budget: int = 64, num_blocks: int = 64, **overrides: object) -> Scheduler:
+    s = make(budget=budget, num_blocks=num_blocks)
+    s.speculation = dataclasses.replace(SPEC, **overrides)  # type: ignore[arg-type]
+    return s
+
+
+def decoding(s: Scheduler, *prompts: tuple[int, ...], **params: object) -> None:
+    """Admit one request a prompt ("a", "b", …) and run their prefill, which samples 7."""
+    args = {"temperature": 0.0, "max_tokens": 20, **params}
+    for rid, prompt in zip("abcd", prompts, strict=False):
+        s.add(Submit(request_id=rid, prompt_ids=prompt, params=SamplingParams(**args)))  # type: ignore[arg-type]
+    plan = s.schedule()
+    s.update(plan, {c.seq_id: (Sampled(token_id=7),) for c in plan.chunks})
+
+
+def tokens(*token_ids: int) -> tuple[Sampled, ...]:
+    return tuple(Sampled(token_id=t) for t in token_ids)
+
+
+PROMPT = (5, 6, 7, 8, 5, 6)  # then 7: "6 7" occurred, 8 5 6 followed it
+
+
+def test_a_decode_chunk_carries_the_drafts_its_ngrams_propose() -> None:
+    s = speculating()
+    decoding(s, PROMPT)  # "6 7" occurred: 8 5 6 follow
+    (chunk,) = s.schedule().chunks
+    assert chunk.token_ids == (7, 8, 5, 6) and chunk.draft_ids == (8, 5, 6)
+    assert chunk.start_pos == 6 and s.kv.table("a/0") == chunk.block_ids
+    assert len(chunk.block_ids) == 3  # positions up to 9
+
+
+def test_an_accepted_run_is_appended_and_rejected_drafts_give_their_blocks_back() -> None:
+    s = speculating()
+    decoding(s, PROMPT)
+    plan = s.schedule()
+    (out,) = s.update(plan, {"a/0": tokens(8, 4)})  # 8 accepted, 5 rejected: 4 instead
+    assert out.token_ids == (8, 4) and out.drafts is not None
+    assert (out.drafts.num_draft_tokens, out.drafts.num_accepted_tokens) == (3, 1)
+    seq = s.seq("a/0")
+    assert seq is not None and seq.token_ids == [5, 6, 7, 8, 5, 6, 7, 8, 4]
+    assert seq.num_computed == 8 and seq.is_decoding
+    assert len(s.kv.table("a/0")) == 3  # 9 tokens: the block past them went back
+    assert seq.num_draft_tokens == 2  # one more than were accepted next time
+    s.kv.check_invariants()
+
+
+def test_a_run_ends_at_its_first_stop_token_and_at_max_tokens() -> None:
+    s = speculating()
+    decoding(s, PROMPT, stop_token_ids=(5,))
+    (out,) = s.update(s.schedule(), {"a/0": tokens(8, 5, 6, 7)})
+    assert out.token_ids == (8, 5) and out.finish_reason is FinishReason.STOP
+    assert s.num_seqs == 0 and s.kv.num_free_blocks == s.kv.num_blocks
+    s = speculating()
+    decoding(s, PROMPT, max_tokens=3)
+    (chunk,) = s.schedule().chunks
+    assert chunk.draft_ids == (8,)  # two tokens left: one draft and the token after it
+
+
+def test_no_drafts_above_the_batch_size_limit_or_past_the_budget() -> None:
+    s = speculating(disable_by_batch_size=1)
+    decoding(s, PROMPT, PROMPT)
+    assert all(c.num_draft_tokens == 0 for c in s.schedule().chunks)
+    s = speculating()
+    decoding(s, PROMPT, PROMPT)
+    s.max_num_batched_tokens = 4  # two decodes take 2 of 4 tokens: 2 drafts in all
+    assert [c.num_draft_tokens for c in s.schedule().chunks] == [2, 0]
+
+
+def test_drafts_never_preempt() -> None:
+    long = (*PROMPT, 9, 9, 9)  # 10 tokens with the first sampled: 3 blocks, 4 with drafts
+    alone = speculating(num_blocks=4)
+    decoding(alone, long)
+    assert [c.num_draft_tokens for c in alone.schedule().chunks] == [3]
+    s = speculating(num_blocks=4)
+    decoding(s, long, (1,))  # b holds the fourth block
+    assert [c.num_draft_tokens for c in s.schedule().chunks] == [0, 0]
+    assert s.stats.num_preemptions == 0

@@ -19,6 +19,7 @@ from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.model.speculation.config import SpeculativeConfig
 from atom.model.torch_runner import TorchRunner
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -111,7 +112,13 @@ def torch_runner(
 
 
 def run_all(
-    runner: Runner, prompts: list[tuple[int, ...]], *, budget: int = 4096, prefix: bool = True
+    runner: Runner,
+    prompts: list[tuple[int, ...]],
+    *,
+    budget: int = 4096,
+    prefix: bool = True,
+    params: SamplingParams = GREEDY,
+    speculation: SpeculativeConfig | None = None,
 ) -> tuple[list[list[int]], int]:
     """Drive the runner through the Scheduler until every prompt has its output;
     returns the outputs and the number of preemptions."""
@@ -124,16 +131,17 @@ def run_all(
         max_num_batched_tokens=budget,
         eos_token_ids=runner.eos_token_ids,
         max_model_len=256,
+        speculation=speculation,
     )
     for i, prompt in enumerate(prompts):
-        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=GREEDY))
+        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params))
     outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     num_preemptions = 0
     while scheduler.num_seqs:
         plan = scheduler.schedule()
         num_preemptions += scheduler.stats.num_preemptions
         for out in scheduler.update(plan, runner.step(plan)):
-            outputs[out.seq.request_id].append(out.token_id)
+            outputs[out.seq.request_id].extend(out.token_ids)
             if out.finish_reason is not None:
                 runner.release(out.seq.seq_id)
         kv.check_invariants()

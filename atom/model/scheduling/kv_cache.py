@@ -145,6 +145,17 @@ class KVCacheManager:
                 self._cached[hashes[idx]] = block.block_id
         self._num_hashed[seq_id] = num_full
 
+    def truncate(self, seq_id: str, num_tokens: int) -> None:
+        """Give back the blocks past the first `num_tokens` positions (those that held
+        rejected draft tokens only); they were never committed, so hold no hash."""
+        table = self._tables[seq_id]
+        keep = -(-num_tokens // self.block_size)
+        while len(table) > max(keep, self._num_hashed[seq_id]):
+            block = self._blocks[table.pop()]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block.block_id] = None
+
     def free(self, seq_id: str) -> None:
         """Drop `seq_id`'s references; tail blocks go to the free list first (evicted first)."""
         table = self._tables.pop(seq_id, [])

@@ -7,6 +7,10 @@ prefilled over several steps (chunked prefill). Choices after the first of a
 request wait until the first has filled the prompt's blocks, then reuse them
 through the prefix cache. "Oldest" is arrival order, or with `by_priority` a
 request's priority first (lower first; the highest value is preempted first).
+
+With speculation, a decoding sequence's chunk also carries draft tokens (proposed
+from its own n-grams) when blocks and budget are left over after every decode and
+before any prefill; the runner returns the drafts it accepted and one token more.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from atom.events import FinishReason, SamplingParams, Submit, TokenLogprobs
+from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, TokenLogprobs
 from atom.model.runner import Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.speculation.config import SpeculativeConfig
+from atom.model.speculation.ngram import NgramIndex
 
 
 @dataclass(slots=True, kw_only=True)
@@ -36,6 +42,8 @@ class Sequence:
     num_cached_tokens: int | None = None  # prefix-cache hit at first admission
     has_blocks: bool = False
     priority: int = 0  # with by_priority, lower is served first and preempted last
+    drafter: NgramIndex | None = None  # with speculation, made at the first proposal
+    num_draft_tokens: int = 0  # how many to propose next: adapts to what was accepted
 
     @property
     def num_output(self) -> int:
@@ -48,14 +56,19 @@ class Sequence:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SeqOutput:
-    """A token sampled for `seq` this step; `finish_reason` when the sequence just ended."""
+    """The tokens `seq` took this step (one, or with drafts up to one more than were
+    accepted, cut where the sequence ended); `finish_reason` when it just ended."""
 
     seq: Sequence
-    token_id: int
-    logprobs: TokenLogprobs | None
+    tokens: tuple[Sampled, ...]
     prompt_logprobs: tuple[TokenLogprobs, ...] | None
     finish_reason: FinishReason | None
     is_first: bool
+    drafts: DraftsVerified | None = None  # the step verified drafts for `seq`
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(t.token_id for t in self.tokens)
 
 
 @dataclass(slots=True)
@@ -82,9 +95,11 @@ class Scheduler:
         eos_token_ids: frozenset[int],
         max_model_len: int,
         by_priority: bool = False,
+        speculation: SpeculativeConfig | None = None,
     ) -> None:
         self.kv = kv
         self.by_priority = by_priority
+        self.speculation = speculation
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
@@ -138,9 +153,9 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Plan one step within the token budget: decodes first, then prefill chunks."""
         self.stats = StepStats()
-        chunks = self._schedule_decodes()
+        chunks = self._with_drafts(self._schedule_decodes())
         planned = {c.seq_id for c in chunks}
-        budget = self.max_num_batched_tokens - len(chunks)
+        budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
         for seq in self._in_order():
             if budget <= 0:
                 break
@@ -167,6 +182,39 @@ class Scheduler:
             if seq.has_blocks:
                 chunks.append(self._chunk(seq, seq.num_computed, len(seq.token_ids)))
         return chunks[: self.max_num_batched_tokens]
+
+    def _with_drafts(self, decodes: list[SeqChunk]) -> list[SeqChunk]:
+        """The decode chunks, those with proposals extended by their drafts while the
+        budget and free blocks last (drafts never preempt anything)."""
+        spec = self.speculation
+        if spec is None or not decodes:
+            return decodes
+        if spec.disable_by_batch_size is not None and len(decodes) > spec.disable_by_batch_size:
+            return decodes
+        budget = self.max_num_batched_tokens - len(decodes)
+        out = []
+        for chunk in decodes:
+            seq = self._seqs[chunk.seq_id]
+            drafts = self._propose(seq, spec, budget)
+            if drafts and self.kv.allocate(seq.seq_id, len(seq.token_ids) + len(drafts)):
+                chunk = self._chunk(seq, seq.num_computed, len(seq.token_ids), drafts)
+                budget -= len(drafts)
+            out.append(chunk)
+        return out
+
+    def _propose(self, seq: Sequence, spec: SpeculativeConfig, budget: int) -> tuple[int, ...]:
+        """Drafts for `seq`: never past its max_tokens or the context limit, where every
+        draft accepted plus the token after them must still fit."""
+        if seq.drafter is None:
+            seq.drafter = NgramIndex(min_n=spec.prompt_lookup_min, max_n=spec.prompt_lookup_max)
+            seq.num_draft_tokens = spec.num_speculative_tokens
+        room = min(
+            seq.num_draft_tokens,
+            budget,
+            seq.params.max_tokens - seq.num_output - 1,
+            self._max_model_len - len(seq.token_ids) - 1,
+        )
+        return seq.drafter.propose(seq.token_ids, room) if room > 0 else ()
 
     def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
         wants_prompt = seq.params.prompt_logprobs is not None
@@ -214,12 +262,13 @@ class Scheduler:
         seq.has_blocks, seq.num_computed = False, 0
         self.stats.num_preemptions += 1
 
-    def _chunk(self, seq: Sequence, start: int, end: int) -> SeqChunk:
+    def _chunk(self, seq: Sequence, start: int, end: int, drafts: tuple[int, ...] = ()) -> SeqChunk:
         needs_sample = end == len(seq.token_ids)
         history = needs_sample and seq.params.needs_history
         return SeqChunk(
             seq_id=seq.seq_id,
-            token_ids=tuple(seq.token_ids[start:end]),
+            token_ids=(*seq.token_ids[start:end], *drafts),
+            num_draft_tokens=len(drafts),
             start_pos=start,
             block_ids=self.kv.table(seq.seq_id),
             params=seq.params,
@@ -232,32 +281,51 @@ class Scheduler:
 
     # --- results -------------------------------------------------------------------
 
-    def update(self, plan: StepPlan, sampled: Mapping[str, Sampled]) -> list[SeqOutput]:
+    def update(self, plan: StepPlan, sampled: Mapping[str, tuple[Sampled, ...]]) -> list[SeqOutput]:
         """Record a finished step; finished sequences are removed and reported."""
         outputs = []
         for chunk in plan.chunks:
             seq = self._seqs.get(chunk.seq_id)
             if seq is None or not seq.has_blocks:
                 continue
-            seq.num_computed = chunk.start_pos + len(chunk.token_ids)
-            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
-            if chunk.needs_sample:
-                outputs.append(self._append(seq, sampled[chunk.seq_id]))
+            if not chunk.needs_sample:
+                seq.num_computed = chunk.start_pos + len(chunk.token_ids)
+                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+                continue
+            tokens = sampled[chunk.seq_id]
+            # The chunk's own tokens and the accepted drafts are in the cache now.
+            seq.num_computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
+            seq.num_computed += len(tokens) - 1
+            output = self._append(seq, tokens, chunk.num_draft_tokens)
+            if output.finish_reason is None:
+                self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
+                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+            outputs.append(output)
         return outputs
 
-    def _append(self, seq: Sequence, sampled: Sampled) -> SeqOutput:
+    def _append(self, seq: Sequence, tokens: tuple[Sampled, ...], num_drafts: int) -> SeqOutput:
+        """Append the step's tokens one by one, up to the first that ends the sequence."""
         is_first = seq.num_output == 0
-        seq.token_ids.append(sampled.token_id)
-        reason = self._finish_reason(seq)
+        reason = None
+        taken = 0
+        while reason is None and taken < len(tokens):
+            seq.token_ids.append(tokens[taken].token_id)
+            taken += 1
+            reason = self._finish_reason(seq)
         if reason is not None:
             self.remove(seq.seq_id)
+        if num_drafts:  # propose one more than was accepted next time, up to the limit
+            limit = self.speculation.num_speculative_tokens if self.speculation else 0
+            seq.num_draft_tokens = min(limit, len(tokens))
         return SeqOutput(
             seq=seq,
-            token_id=sampled.token_id,
-            logprobs=sampled.logprobs,
-            prompt_logprobs=sampled.prompt_logprobs if is_first else None,
+            tokens=tokens[:taken],
+            prompt_logprobs=tokens[0].prompt_logprobs if is_first else None,
             finish_reason=reason,
             is_first=is_first,
+            drafts=DraftsVerified(num_draft_tokens=num_drafts, num_accepted_tokens=len(tokens) - 1)
+            if num_drafts
+            else None,
         )
 
     def _finish_reason(self, seq: Sequence) -> FinishReason | None:
