@@ -51,7 +51,12 @@ def prompt_text(num_words: int, salt: int) -> str:
 class Sample:
     started: float
     first: float | None = None
-    times: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # of each chunk with text
+    num_tokens: int | None = None  # the server's usage; a chunk may hold several tokens
+
+    @property
+    def tokens(self) -> int:
+        return len(self.times) if self.num_tokens is None else self.num_tokens
 
     @property
     def ttft(self) -> float | None:
@@ -78,6 +83,7 @@ async def stream_chat(
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
         **target.extra,
     }
     sample = Sample(started=time.perf_counter())
@@ -86,7 +92,10 @@ async def stream_chat(
         async for line in r.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            choices = json.loads(line[6:]).get("choices") or [{}]
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                sample.num_tokens = chunk["usage"]["completion_tokens"]
+            choices = chunk.get("choices") or [{}]
             if choices[0].get("delta", {}).get("content"):
                 now = time.perf_counter()
                 sample.first = sample.first or now
@@ -123,7 +132,7 @@ async def run_level(
 
 
 def summarize(samples: list[Sample], wall_s: float) -> dict[str, Any]:
-    tokens = sum(len(s.times) for s in samples)
+    tokens = sum(s.tokens for s in samples)
     ttfts = [s.ttft for s in samples if s.ttft is not None]
     itls = [x for s in samples for x in s.itls()]
     return {

@@ -116,10 +116,11 @@ class ChoicePipeline:
         if self._is_first:
             self._is_first = False
             events += self._prompt_events(sampled)
-        if self._reasoning is not None and self._reasoning.is_reasoning:
-            self._num_reasoning_tokens += len(sampled.token_ids)
         update = self._text.feed(sampled.token_ids, sampled.finish_reason, sampled.logprobs)
-        token_ids = sampled.token_ids if self._setup.report_token_ids else ()
+        taken = sampled.token_ids[: update.num_tokens]
+        if self._reasoning is not None and self._reasoning.is_reasoning:
+            self._num_reasoning_tokens += len(taken)
+        token_ids = taken if self._setup.report_token_ids else ()
         events += self._split(
             update.text, update.logprobs, token_ids, is_last=update.finish_reason is not None
         )

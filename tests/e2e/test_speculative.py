@@ -1,7 +1,8 @@
 """Speculative decoding served for real: the default model answers 20 greedy requests
-(stop strings, structured output, logprobs, streams) with n-gram drafts exactly as
-without them, alone and batched, in float32 and on the default integer kernels; the
-request log records the drafts and replays to the bytes the clients got."""
+(stop strings, structured output, logprobs, streams) with drafts exactly as without
+them: n-gram drafts in float32, alone and batched, and suffix drafts on the default
+integer kernels, alone; the request log records the drafts and replays to the bytes
+the clients got."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ from tests.replay_mix import response_id
 
 pytestmark = pytest.mark.slow
 
-SPECULATION = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2}
+# Each weight form with one proposer, so both are served for real.
+SPECULATION = {
+    "off": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2},
+    "auto": {"method": "suffix", "num_speculative_tokens": 3},
+}
 CODE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 REPEATING = [
     f"Rewrite this code with `area` renamed to `surface`, nothing else changed:\n{CODE}",
@@ -107,17 +112,22 @@ def answers(server: Server, *, together: bool) -> list[tuple[bytes, list[dict[st
         return list(pool.map(lambda b: ask(server.url, b), BODIES))
 
 
-def visible(raw: bytes) -> tuple[str, str]:
-    """What a client reads: the answer's text and finish reason (a step that accepted
-    drafts streams its tokens in one chunk, as vLLM does)."""
+def visible(raw: bytes) -> tuple[str, str, int | None]:
+    """What a client reads: the answer's text, finish reason and completion tokens (a
+    step that accepted drafts streams its tokens in one chunk, as vLLM does)."""
     text = raw.decode()
     if not text.startswith("data:"):
-        choice = json.loads(text)["choices"][0]
-        return choice["message"]["content"], choice["finish_reason"]
+        answer = json.loads(text)
+        choice = answer["choices"][0]
+        return (
+            choice["message"]["content"],
+            choice["finish_reason"],
+            answer["usage"]["completion_tokens"],
+        )
     chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
     choices = [c for chunk in chunks for c in chunk["choices"]]
     content = "".join(c["delta"].get("content") or "" for c in choices)
-    return content, next(c["finish_reason"] for c in choices if c["finish_reason"])
+    return content, next(c["finish_reason"] for c in choices if c["finish_reason"]), None
 
 
 Pair = tuple[Server, Server]  # the same weights without and with speculation
@@ -137,7 +147,9 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], 
                 plain = stack.enter_context(running_server(logs / "plain.jsonl", **env))
                 spec = stack.enter_context(
                     running_server(
-                        logs / "spec.jsonl", ATOM_SPECULATIVE_CONFIG=json.dumps(SPECULATION), **env
+                        logs / "spec.jsonl",
+                        ATOM_SPECULATIVE_CONFIG=json.dumps(SPECULATION[quantization]),
+                        **env,
                     )
                 )
                 started[quantization] = plain, spec

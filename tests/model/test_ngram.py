@@ -54,6 +54,9 @@ def test_config_defaults_follow_vllm() -> None:
     one = parse_speculative_config(raw + '"disable_by_batch_size": 8}')
     assert one is not None and (one.prompt_lookup_min, one.prompt_lookup_max) == (4, 4)
     assert one.disable_by_batch_size == 8
+    suffix = parse_speculative_config('{"method": "suffix"}')
+    assert suffix is not None and suffix.num_speculative_tokens == suffix.max_tree_depth == 24
+    assert (suffix.max_cached_requests, suffix.min_token_prob) == (1000, 0.1)
     assert parse_speculative_config(None) is None and parse_speculative_config(" ") is None
 
 
@@ -67,7 +70,9 @@ def test_config_defaults_follow_vllm() -> None:
         ('{"num_speculative_tokens": true}', "num_speculative_tokens must be a positive"),
         ('{"num_speculative_tokens": 2, "typo": 1}', "unknown key 'typo'"),
         ('{"method": "eagle", "num_speculative_tokens": 2}', "method must be one of"),
-        ('{"method": "suffix", "num_speculative_tokens": 2}', "not available yet"),
+        ('{"method": "draft_model", "num_speculative_tokens": 2}', "not available yet"),
+        ('{"method": "suffix", "prompt_lookup_max": 2}', "unknown key 'prompt_lookup_max'"),
+        ('{"method": "suffix", "suffix_decoding_min_token_prob": 2}', "above 1"),
         ('{"num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}', "above"),
     ],
 )

@@ -11,13 +11,19 @@ from atom.model.speculation.config import SpeculativeConfig
 EOS = 0
 
 
-def make(budget: int = 8, max_num_seqs: int = 4, num_blocks: int = 64) -> Scheduler:
+def make(
+    budget: int = 8,
+    max_num_seqs: int = 4,
+    num_blocks: int = 64,
+    speculation: SpeculativeConfig | None = None,
+) -> Scheduler:
     return Scheduler(
         kv=KVCacheManager(num_blocks=num_blocks, block_size=4),
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         eos_token_ids=frozenset({EOS}),
         max_model_len=64,
+        speculation=speculation,
     )
 
 
@@ -109,9 +115,8 @@ SPEC = SpeculativeConfig(
 
 
 def speculating(budget: int = 64, num_blocks: int = 64, **overrides: object) -> Scheduler:
-    s = make(budget=budget, num_blocks=num_blocks)
-    s.speculation = dataclasses.replace(SPEC, **overrides)  # type: ignore[arg-type]
-    return s
+    spec = dataclasses.replace(SPEC, **overrides)  # type: ignore[arg-type]
+    return make(budget=budget, num_blocks=num_blocks, speculation=spec)
 
 
 def decoding(s: Scheduler, *prompts: tuple[int, ...], **params: object) -> None:

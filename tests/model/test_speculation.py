@@ -24,8 +24,13 @@ from atom.model.speculation.config import SpeculativeConfig
 from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, torch_runner
 
 NGRAM = SpeculativeConfig(
-    method="ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3
+    method="ngram",
+    num_speculative_tokens=4,
+    prompt_lookup_min=1,
+    prompt_lookup_max=3,
+    disable_by_batch_size=1024,  # speculate in every batch here
 )
+SUFFIX = SpeculativeConfig(method="suffix", num_speculative_tokens=4, disable_by_batch_size=1024)
 LONG = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
 
 
@@ -100,11 +105,12 @@ def ids(run: Run) -> list[list[int]]:
     return [[t.token_id for t in tokens] for tokens in run.tokens.values()]
 
 
+@pytest.mark.parametrize("config", [NGRAM, SUFFIX], ids=["ngram", "suffix"])
 @pytest.mark.parametrize("name", RUNNERS)
-def test_greedy_tokens_are_the_same_in_fewer_steps(name: str) -> None:
+def test_greedy_tokens_are_the_same_in_fewer_steps(name: str, config: SpeculativeConfig) -> None:
     runner = RUNNERS[name]()
     plain = drive(runner, PROMPTS[:8])
-    fast = drive(runner, PROMPTS[:8], speculation=NGRAM)
+    fast = drive(runner, PROMPTS[:8], speculation=config)
     assert ids(fast) == ids(plain)
     assert fast.num_accepted > 0 and fast.num_steps < plain.num_steps
 

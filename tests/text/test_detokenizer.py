@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from atom.events import FinishReason, SamplingParams
+from atom.events import FinishReason, SamplingParams, TokenLogprobs
 from atom.text.choice_text import ChoiceText
 from atom.text.detokenizer import IncrementalDetokenizer
 
@@ -46,6 +46,20 @@ def test_choice_text_stops_on_string_and_counts_tokens(tokenizer: Any) -> None:
     assert choice.finish_reason is FinishReason.STOP
     assert update.stop_string == " three"
     assert choice.num_tokens == 3
+
+
+def test_a_stop_string_inside_a_steps_tokens_ends_the_choice_at_its_token(
+    tokenizer: Any,
+) -> None:
+    """A step that accepted drafts brings several tokens: the ones after the stop
+    string's token give no text, no logprobs entry and no count, as if fed one a step."""
+    ids = tokenizer.encode("one two three four five", add_special_tokens=False)
+    entries = [TokenLogprobs(logprob=-float(i)) for i in range(len(ids))]
+    choice = ChoiceText(tokenizer, SamplingParams(stop=(" three",), logprobs=0))
+    update = choice.feed(ids, None, entries)
+    assert update.text == "one two" and update.stop_string == " three"
+    assert update.num_tokens == choice.num_tokens == 3
+    assert update.logprobs is not None and [e.logprob for e in update.logprobs] == [0, -1, -2]
 
 
 def test_choice_text_flushes_held_text_on_length(tokenizer: Any) -> None:

@@ -8,9 +8,10 @@ request wait until the first has filled the prompt's blocks, then reuse them
 through the prefix cache. "Oldest" is arrival order, or with `by_priority` a
 request's priority first (lower first; the highest value is preempted first).
 
-With speculation, a decoding sequence's chunk also carries draft tokens (proposed
-from its own n-grams) when blocks and budget are left over after every decode and
-before any prefill; the runner returns the drafts it accepted and one token more.
+With speculation, a decoding sequence's chunk also carries draft tokens (from the
+proposer: n-gram or suffix decoding) when blocks and budget are left over after
+every decode and before any prefill; the runner returns the drafts it accepted and
+one token more.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, To
 from atom.model.runner import Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.speculation.config import SpeculativeConfig
-from atom.model.speculation.ngram import NgramIndex
+from atom.model.speculation.proposer import make_proposer
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,8 +43,7 @@ class Sequence:
     num_cached_tokens: int | None = None  # prefix-cache hit at first admission
     has_blocks: bool = False
     priority: int = 0  # with by_priority, lower is served first and preempted last
-    drafter: NgramIndex | None = None  # with speculation, made at the first proposal
-    num_draft_tokens: int = 0  # how many to propose next: adapts to what was accepted
+    num_draft_tokens: int | None = None  # how many to propose next: follows acceptance
 
     @property
     def num_output(self) -> int:
@@ -100,6 +100,7 @@ class Scheduler:
         self.kv = kv
         self.by_priority = by_priority
         self.speculation = speculation
+        self._proposer = make_proposer(speculation) if speculation else None
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
@@ -140,6 +141,8 @@ class Scheduler:
         seq = self._seqs.pop(seq_id, None)
         if seq is not None:
             self.kv.free(seq_id)
+            if self._proposer is not None:
+                self._proposer.finish(seq_id, seq.token_ids[seq.num_prompt_tokens :])
         return seq
 
     def seq(self, seq_id: str) -> Sequence | None:
@@ -189,7 +192,7 @@ class Scheduler:
         spec = self.speculation
         if spec is None or not decodes:
             return decodes
-        if spec.disable_by_batch_size is not None and len(decodes) > spec.disable_by_batch_size:
+        if len(decodes) > spec.disable_by_batch_size:
             return decodes
         budget = self.max_num_batched_tokens - len(decodes)
         out = []
@@ -205,16 +208,14 @@ class Scheduler:
     def _propose(self, seq: Sequence, spec: SpeculativeConfig, budget: int) -> tuple[int, ...]:
         """Drafts for `seq`: never past its max_tokens or the context limit, where every
         draft accepted plus the token after them must still fit."""
-        if seq.drafter is None:
-            seq.drafter = NgramIndex(min_n=spec.prompt_lookup_min, max_n=spec.prompt_lookup_max)
-            seq.num_draft_tokens = spec.num_speculative_tokens
+        assert self._proposer is not None
         room = min(
-            seq.num_draft_tokens,
+            spec.num_speculative_tokens if seq.num_draft_tokens is None else seq.num_draft_tokens,
             budget,
             seq.params.max_tokens - seq.num_output - 1,
             self._max_model_len - len(seq.token_ids) - 1,
         )
-        return seq.drafter.propose(seq.token_ids, room) if room > 0 else ()
+        return self._proposer.propose(seq.seq_id, seq.token_ids, room) if room > 0 else ()
 
     def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
         wants_prompt = seq.params.prompt_logprobs is not None

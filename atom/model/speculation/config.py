@@ -6,12 +6,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-METHODS = ("ngram",)  # vLLM's spelling; "[ngram]" is its older alias
-PLANNED = ("suffix", "draft_model")  # named by issue 17, not built yet
-KEYS = frozenset(
-    {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"}
-    | {"disable_by_batch_size"}
-)
+METHODS = ("ngram", "suffix")  # vLLM's spellings; "[ngram]" is its older alias
+PLANNED = ("draft_model",)  # named by issue 17, not built yet
+DEFAULT_DISABLE_BY_BATCH_SIZE = 8  # ATOM's (vLLM never turns drafts off by default)
+KEYS = {
+    "ngram": {"prompt_lookup_min", "prompt_lookup_max"},
+    "suffix": {
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+    },
+}
+COMMON = {"method", "num_speculative_tokens", "disable_by_batch_size"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,14 +27,22 @@ class SpeculativeConfig:
 
     n-gram: the continuation of the longest suffix of the sequence (between
     `prompt_lookup_min` and `prompt_lookup_max` tokens) that occurred before in its
-    prompt or output. Above `disable_by_batch_size` decoding sequences nothing is
+    prompt or output. Suffix decoding: the most frequent continuation of the sequence's
+    longest matching suffix (up to `max_tree_depth` tokens) over its own tokens and
+    the last `max_cached_requests` responses, token by token while a token's share of
+    the matches stays at `min_token_prob` or more, at most `max_spec_factor` times the
+    match's length. Above `disable_by_batch_size` decoding sequences nothing is
     proposed (the batch already fills the machine)."""
 
     method: str
     num_speculative_tokens: int
-    prompt_lookup_min: int
-    prompt_lookup_max: int
-    disable_by_batch_size: int | None = None
+    disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
+    max_tree_depth: int = 24
+    max_cached_requests: int = 1000
+    max_spec_factor: float = 1.0
+    min_token_prob: float = 0.1
 
 
 def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
@@ -41,39 +56,63 @@ def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
         raise ValueError(f"--speculative-config: not JSON ({exc.msg})") from None
     if not isinstance(value, dict):
         raise ValueError("--speculative-config: expected a JSON object")
-    unknown = sorted(set(value) - KEYS)
-    if unknown:
-        raise ValueError(f"--speculative-config: unknown key {unknown[0]!r}")
     method = value.get("method", "ngram")
     method = "ngram" if method == "[ngram]" else method
     if method in PLANNED:
         raise ValueError(f"--speculative-config: method {method!r} is not available yet")
     if method not in METHODS:
         raise ValueError(f"--speculative-config: method must be one of {METHODS}, got {method!r}")
-    low, high = _lookup(value)
+    unknown = sorted(set(value) - COMMON - KEYS[method])
+    if unknown:
+        raise ValueError(f"--speculative-config: unknown key {unknown[0]!r} for {method}")
+    disable = _number(value, "disable_by_batch_size", int, DEFAULT_DISABLE_BY_BATCH_SIZE)
+    if method == "ngram":
+        low, high = _lookup(value)
+        return SpeculativeConfig(
+            method=method,
+            num_speculative_tokens=_number(value, "num_speculative_tokens", int, None),
+            disable_by_batch_size=disable,
+            prompt_lookup_min=low,
+            prompt_lookup_max=high,
+        )
+    return _suffix(value, disable)
+
+
+def _suffix(value: dict[str, Any], disable: int) -> SpeculativeConfig:
+    """vLLM's suffix keys and defaults (num_speculative_tokens: the tree depth), but 1,000
+    cached responses rather than 10,000: the index lives in Python objects here."""
+    depth = _number(value, "suffix_decoding_max_tree_depth", int, 24)
+    probability = _number(value, "suffix_decoding_min_token_prob", float, 0.1)
+    if probability > 1:
+        raise ValueError("--speculative-config: suffix_decoding_min_token_prob is above 1")
     return SpeculativeConfig(
-        method=method,
-        num_speculative_tokens=_positive(value, "num_speculative_tokens"),
-        prompt_lookup_min=low,
-        prompt_lookup_max=high,
-        disable_by_batch_size=_positive(value, "disable_by_batch_size", required=False),
+        method="suffix",
+        num_speculative_tokens=_number(value, "num_speculative_tokens", int, depth),
+        disable_by_batch_size=disable,
+        max_tree_depth=depth,
+        max_cached_requests=_number(value, "suffix_decoding_max_cached_requests", int, 1000),
+        max_spec_factor=_number(value, "suffix_decoding_max_spec_factor", float, 1.0),
+        min_token_prob=probability,
     )
 
 
 def _lookup(value: dict[str, Any]) -> tuple[int, int]:
     """vLLM's rule: neither given, both 5; one given, the other takes its value."""
-    low = _positive(value, "prompt_lookup_min", required=False)
-    high = _positive(value, "prompt_lookup_max", required=False)
+    low = _number(value, "prompt_lookup_min", int, 0)
+    high = _number(value, "prompt_lookup_max", int, 0)
     low, high = (low or high or 5), (high or low or 5)
     if low > high:
         raise ValueError("--speculative-config: prompt_lookup_min is above prompt_lookup_max")
     return low, high
 
 
-def _positive(value: dict[str, Any], key: str, *, required: bool = True) -> Any:
+def _number(value: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """value[key] as a positive `kind` (an int is a float too); `default` when absent
+    (None: required)."""
     number = value.get(key)
-    if number is None and not required:
-        return None
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ValueError(f"--speculative-config: {key} must be a positive integer")
-    return number
+    if number is None and default is not None:
+        return default
+    accepted = (int, float) if kind is float else (int,)
+    if isinstance(number, bool) or not isinstance(number, accepted) or number <= 0:
+        raise ValueError(f"--speculative-config: {key} must be a positive {kind.__name__}")
+    return kind(number)
