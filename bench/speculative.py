@@ -1,6 +1,7 @@
 """Speculative decoding, side by side: `python -m bench.speculative [--tokens 3 5]`.
 
-Starts ATOM with its defaults, then with n-gram speculation for each `--tokens` K, and
+Starts ATOM with its defaults, then with each `--methods` proposer (n-gram, suffix)
+for each `--tokens` K, and
 runs the same streaming greedy chats against each, one after the other: three
 workloads where drafts should pay (editing a code block, quoting a long text, an
 agent loop repeating its tool-call structure) and one where they should not (free
@@ -147,6 +148,7 @@ async def workloads(target: Target, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--methods", nargs="+", default=["ngram", "suffix"], choices=["ngram", "suffix"])
     p.add_argument("--tokens", type=int, nargs="+", default=[3], help="num_speculative_tokens")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     p.add_argument("--lookup", type=int, nargs=2, default=[2, 4], help="prompt_lookup min max")
@@ -154,10 +156,12 @@ def main() -> None:
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     runs: dict[str, dict[str, str]] = {"atom": {}}
-    for k in args.tokens:
-        config = {"method": "ngram", "num_speculative_tokens": k}
-        config |= {"prompt_lookup_min": args.lookup[0], "prompt_lookup_max": args.lookup[1]}
-        runs[f"atom-ngram-{k}"] = {"ATOM_SPECULATIVE_CONFIG": json.dumps(config)}
+    for method in args.methods:
+        for k in args.tokens:
+            config: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+            if method == "ngram":
+                config |= {"prompt_lookup_min": args.lookup[0], "prompt_lookup_max": args.lookup[1]}
+            runs[f"atom-{method}-{k}"] = {"ATOM_SPECULATIVE_CONFIG": json.dumps(config)}
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
     for name, env in runs.items():
         port = free_port()

@@ -75,6 +75,19 @@ def test_finish_on_eos_and_on_max_tokens() -> None:
     assert s.num_seqs == 0
 
 
+def test_a_sequence_that_finishes_in_its_prompts_step_leaves_the_prompt_cached() -> None:
+    """The full blocks a last step filled are registered before the sequence goes (a
+    one-token answer used to take its prompt's blocks away unhashed: no later hit)."""
+    s = make(budget=16)
+    s.add(submit("a", 9, max_tokens=1))
+    (out,) = s.update(s.schedule(), {"a/0": (Sampled(token_id=7),)})
+    assert out.finish_reason is FinishReason.LENGTH and s.num_seqs == 0
+    s.add(submit("b", 9))
+    (chunk,) = s.schedule().chunks
+    assert chunk.start_pos == 8  # two full blocks of four hit; the last token is computed
+    s.kv.check_invariants()
+
+
 def test_each_choice_is_its_own_sequence_with_its_own_seed() -> None:
     s = make()
     seqs = s.add(submit("a", 2, n=3))

@@ -294,18 +294,21 @@ class Scheduler:
                 self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
                 continue
             tokens = sampled[chunk.seq_id]
-            # The chunk's own tokens and the accepted drafts are in the cache now.
-            seq.num_computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
-            seq.num_computed += len(tokens) - 1
             output = self._append(seq, tokens, chunk.num_draft_tokens)
-            if output.finish_reason is None:
-                self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
-                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+            # The chunk's own tokens and the accepted drafts are in the cache now, all
+            # but the last token appended (a finish may cut the run short of them).
+            computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
+            seq.num_computed = min(computed + len(tokens) - 1, len(seq.token_ids) - 1)
+            self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
+            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+            if output.finish_reason is not None:  # its blocks stay cached for later hits
+                self.remove(seq.seq_id)
             outputs.append(output)
         return outputs
 
     def _append(self, seq: Sequence, tokens: tuple[Sampled, ...], num_drafts: int) -> SeqOutput:
-        """Append the step's tokens one by one, up to the first that ends the sequence."""
+        """Append the step's tokens one by one, up to the first that ends the sequence
+        (the caller removes a finished sequence once its blocks are committed)."""
         is_first = seq.num_output == 0
         reason = None
         taken = 0
@@ -313,8 +316,6 @@ class Scheduler:
             seq.token_ids.append(tokens[taken].token_id)
             taken += 1
             reason = self._finish_reason(seq)
-        if reason is not None:
-            self.remove(seq.seq_id)
         if num_drafts:  # propose one more than was accepted next time, up to the limit
             limit = self.speculation.num_speculative_tokens if self.speculation else 0
             seq.num_draft_tokens = min(limit, len(tokens))
