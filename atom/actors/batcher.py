@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import outcome
 import trio
 
+from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJob, Queued
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
@@ -48,40 +48,6 @@ from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatcherStatistics:
-    num_running_requests: int
-    num_running_seqs: int
-    num_queued_requests: int
-    num_runner_seqs: int
-    num_steps: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Queued:
-    submit: Submit
-    outbox: Outbox
-    queued_at: float  # trio's clock
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    """Work for the step boundary: `run` on the loop between two steps (`when_idle`: once
-    no request runs); its outcome is handed to the waiting caller."""
-
-    run: Callable[[], Awaitable[None]]
-    when_idle: bool
-    done: trio.Event = field(default_factory=trio.Event)
-    result: list[outcome.Outcome[None]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Admitted:
-    submit: Submit
-    outbox: Outbox
-    num_live_seqs: int
-
-
 class Batcher:
     def __init__(
         self,
@@ -100,18 +66,18 @@ class Batcher:
         self._runner = runner
         self._scheduler = scheduler
         self._publish = publish
-        self._queue: deque[_Queued] = deque()  # oldest first
+        self._queue: deque[Queued] = deque()  # oldest first
         self._max_queued = max_queued_requests
         self._max_queue_wait_s = max_queue_wait_s
         self._is_closed = False
         self._to_aborts, self._aborts = trio.open_memory_channel[Abort](math.inf)
-        self._running: dict[str, _Admitted] = {}
+        self._running: dict[str, Admitted] = {}
         self._wake = trio.Event()
         self._device = device  # every runner call happens on this one thread
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
-        self._jobs: list[_Job] = []  # model-state changes waiting for the step boundary
+        self._jobs: list[BoundaryJob] = []  # model-state changes waiting for the step boundary
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
         self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
@@ -128,7 +94,7 @@ class Batcher:
             raise self._asleep()
         if len(self._queue) >= self._max_queued:
             raise Overloaded("the server is overloaded; retry later")
-        self._queue.append(_Queued(submit, outbox, trio.current_time()))
+        self._queue.append(Queued(submit, outbox, trio.current_time()))
         self._wake.set()
 
     def reset_prefix_cache_nowait(self) -> None:
@@ -200,7 +166,7 @@ class Batcher:
     ) -> None:
         if self._is_closed:
             raise EngineFailed("the engine is not running")
-        job = _Job(run, when_idle)
+        job = BoundaryJob(run, when_idle)
         self._jobs.append(job)
         self._wake.set()
         with trio.CancelScope(shield=True):  # asked is done: the caller leaving stops nothing
@@ -243,7 +209,7 @@ class Batcher:
             self._apply_reset()
             self._admit()
             self._phase("schedule")
-            plan = self._scheduler.schedule()
+            plan = self._scheduler.schedule(await self._drafts())
             if not plan.chunks:
                 if self._scheduler.kv.usage != self._published_usage:  # aborts freed blocks
                     self._published_usage = self._scheduler.kv.usage
@@ -274,6 +240,14 @@ class Batcher:
             )
             self._phase("between steps")
             await trio.lowlevel.checkpoint()  # let request actors run between steps
+
+    async def _drafts(self) -> Mapping[str, tuple[int, ...]]:
+        """This step's drafts (speculative decoding); a draft model runs on the device."""
+        proposer = self._scheduler.proposer
+        if proposer is None or not proposer.runs_a_model:
+            return self._scheduler.propose()
+        requests = self._scheduler.draft_requests()
+        return await self._device.run_sync(proposer.propose, requests) if requests else {}
 
     def _apply_reset(self) -> None:
         if self._is_reset_asked:
@@ -329,12 +303,12 @@ class Batcher:
                 continue
             submit = head.submit
             self._scheduler.add(submit)
-            self._running[submit.request_id] = _Admitted(submit, head.outbox, submit.total_choices)
+            self._running[submit.request_id] = Admitted(submit, head.outbox, submit.total_choices)
             self._publish(
                 RequestScheduled(request_id=submit.request_id, num_running=len(self._running))
             )
 
-    def _next_queued(self) -> _Queued:
+    def _next_queued(self) -> Queued:
         """The request admitted next: the oldest, or the oldest of the lowest priority."""
         if not self._scheduler.by_priority:
             return self._queue[0]
@@ -348,7 +322,7 @@ class Batcher:
             timeout = QueueTimeout(f"the request waited more than {wait} s in the queue")
             self._refuse(self._queue.popleft(), timeout)
 
-    def _refuse(self, queued: _Queued, error: AtomError) -> None:
+    def _refuse(self, queued: Queued, error: AtomError) -> None:
         """A queued request that will not be admitted: its client gets `error`."""
         queued.outbox.close(error)
         self._publish(RequestReleased(request_id=queued.submit.request_id, was_scheduled=False))

@@ -9,6 +9,7 @@ model out of routing, lets what it runs finish (bounded), then stops its actor.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import parse_speculative_config
+from atom.model.speculation.proposer import make_proposer
 from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
@@ -129,7 +131,7 @@ class Models:
             self._nursery = nursery
             for spec in list(self.specs.values()):
                 try:
-                    loaded = await device.run_sync(self._load, self.settings, spec)
+                    loaded = await device.run_sync(self._load_with_draft, spec)
                 except Exception:
                     log.critical("model_load_failed", model=spec.source, exc_info=True)
                     self._on_fatal()
@@ -149,7 +151,7 @@ class Models:
         self.specs[spec.name] = spec  # listed as loading from now on
         try:
             with trio.CancelScope(shield=True):  # a load cannot be stopped half way
-                loaded = await trio.to_thread.run_sync(self._load, self.settings, spec)
+                loaded = await trio.to_thread.run_sync(self._load_with_draft, spec)
         except Exception as exc:
             del self.specs[spec.name]
             log.warning("model_load_failed", model=spec.source, error=str(exc))
@@ -177,6 +179,29 @@ class Models:
             await trio.sleep(0)
         log.info("model_unloaded", model=name)
         return spec
+
+    def _load_with_draft(self, spec: ModelSpec) -> Loaded:
+        """`spec` loaded (on the calling thread), with the draft model that speculative
+        decoding names beside a generation model: the same settings but its own
+        quantization if named, its own KV cache of --kv-cache-memory-bytes; refused
+        unless its vocabulary is the served one's."""
+        loaded = self._load(self.settings, spec)
+        config = self._speculation
+        if config is None or config.model is None or not isinstance(loaded, Runtime):
+            return loaded
+        draft_spec = ModelSpec(name=f"{spec.name}:draft", source=config.model, kind=spec.kind)
+        quantization = config.quantization or self.settings.quantization
+        settings = dataclasses.replace(
+            self.settings, speculative_config=None, quantization=quantization
+        )
+        draft = self._load(settings, draft_spec)
+        assert isinstance(draft, Runtime)
+        if draft.tokenizer.get_vocab() != loaded.tokenizer.get_vocab():
+            raise ValueError(
+                f"--speculative-config: the draft model {config.model} has another "
+                f"tokenizer than {spec.source}"
+            )
+        return dataclasses.replace(loaded, draft=draft.runner)
 
     # --- model state (update weights, sleep) ---------------------------------------
 
@@ -330,6 +355,7 @@ class Models:
             max_model_len=runtime.max_model_len,
             by_priority=s.scheduling_policy == "priority",
             speculation=self._speculation,
+            proposer=make_proposer(self._speculation, runtime.draft) if self._speculation else None,
         )
         return Batcher(
             runner,

@@ -122,3 +122,4 @@ class Runtime:
     # New weights of the same architecture from a local path, for `Runner.replace_weights`
     # (ValueError when they do not fit the model). Called in a worker thread.
     load_weights: Callable[[str], Any] | None = None
+    draft: Runner | None = None  # the draft model speculative decoding runs (its own cache)

@@ -58,6 +58,10 @@ def test_config_defaults_follow_vllm() -> None:
     assert suffix is not None and suffix.num_speculative_tokens == suffix.max_tree_depth == 24
     assert (suffix.max_cached_requests, suffix.min_token_prob) == (1000, 0.1)
     assert parse_speculative_config(None) is None and parse_speculative_config(" ") is None
+    raw = '{"model": "/m/draft", "num_speculative_tokens": 4, "quantization": "int4"}'
+    assert parse_speculative_config(raw) == SpeculativeConfig(
+        method="draft_model", num_speculative_tokens=4, model="/m/draft", quantization="int4"
+    )  # a `model` without a method is a draft model, as in vLLM
 
 
 @pytest.mark.parametrize(
@@ -70,7 +74,10 @@ def test_config_defaults_follow_vllm() -> None:
         ('{"num_speculative_tokens": true}', "num_speculative_tokens must be a positive"),
         ('{"num_speculative_tokens": 2, "typo": 1}', "unknown key 'typo'"),
         ('{"method": "eagle", "num_speculative_tokens": 2}', "method must be one of"),
-        ('{"method": "draft_model", "num_speculative_tokens": 2}', "not available yet"),
+        ('{"method": "draft_model", "num_speculative_tokens": 2}', "needs `model`"),
+        ('{"model": "/d", "num_speculative_tokens": 2, "prompt_lookup_max": 2}', "unknown key"),
+        ('{"model": "/d"}', "num_speculative_tokens must be a positive"),
+        ('{"model": "/d", "num_speculative_tokens": 2, "quantization": 4}', "must be a string"),
         ('{"method": "suffix", "prompt_lookup_max": 2}', "unknown key 'prompt_lookup_max'"),
         ('{"method": "suffix", "suffix_decoding_min_token_prob": 2}', "above 1"),
         ('{"num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}', "above"),

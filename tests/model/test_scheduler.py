@@ -7,6 +7,7 @@ from atom.model.runner import Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
+from tests.model.tiny import plan_step
 
 EOS = 0
 
@@ -137,7 +138,7 @@ def decoding(s: Scheduler, *prompts: tuple[int, ...], **params: object) -> None:
     args = {"temperature": 0.0, "max_tokens": 20, **params}
     for rid, prompt in zip("abcd", prompts, strict=False):
         s.add(Submit(request_id=rid, prompt_ids=prompt, params=SamplingParams(**args)))  # type: ignore[arg-type]
-    plan = s.schedule()
+    plan = plan_step(s)
     s.update(plan, {c.seq_id: (Sampled(token_id=7),) for c in plan.chunks})
 
 
@@ -151,7 +152,7 @@ PROMPT = (5, 6, 7, 8, 5, 6)  # then 7: "6 7" occurred, 8 5 6 followed it
 def test_a_decode_chunk_carries_the_drafts_its_ngrams_propose() -> None:
     s = speculating()
     decoding(s, PROMPT)  # "6 7" occurred: 8 5 6 follow
-    (chunk,) = s.schedule().chunks
+    (chunk,) = plan_step(s).chunks
     assert chunk.token_ids == (7, 8, 5, 6) and chunk.draft_ids == (8, 5, 6)
     assert chunk.start_pos == 6 and s.kv.table("a/0") == chunk.block_ids
     assert len(chunk.block_ids) == 3  # positions up to 9
@@ -160,7 +161,7 @@ def test_a_decode_chunk_carries_the_drafts_its_ngrams_propose() -> None:
 def test_an_accepted_run_is_appended_and_rejected_drafts_give_their_blocks_back() -> None:
     s = speculating()
     decoding(s, PROMPT)
-    plan = s.schedule()
+    plan = plan_step(s)
     (out,) = s.update(plan, {"a/0": tokens(8, 4)})  # 8 accepted, 5 rejected: 4 instead
     assert out.token_ids == (8, 4) and out.drafts is not None
     assert (out.drafts.num_draft_tokens, out.drafts.num_accepted_tokens) == (3, 1)
@@ -175,31 +176,31 @@ def test_an_accepted_run_is_appended_and_rejected_drafts_give_their_blocks_back(
 def test_a_run_ends_at_its_first_stop_token_and_at_max_tokens() -> None:
     s = speculating()
     decoding(s, PROMPT, stop_token_ids=(5,))
-    (out,) = s.update(s.schedule(), {"a/0": tokens(8, 5, 6, 7)})
+    (out,) = s.update(plan_step(s), {"a/0": tokens(8, 5, 6, 7)})
     assert out.token_ids == (8, 5) and out.finish_reason is FinishReason.STOP
     assert s.num_seqs == 0 and s.kv.num_free_blocks == s.kv.num_blocks
     s = speculating()
     decoding(s, PROMPT, max_tokens=3)
-    (chunk,) = s.schedule().chunks
+    (chunk,) = plan_step(s).chunks
     assert chunk.draft_ids == (8,)  # two tokens left: one draft and the token after it
 
 
 def test_no_drafts_above_the_batch_size_limit_or_past_the_budget() -> None:
     s = speculating(disable_by_batch_size=1)
     decoding(s, PROMPT, PROMPT)
-    assert all(c.num_draft_tokens == 0 for c in s.schedule().chunks)
+    assert all(c.num_draft_tokens == 0 for c in plan_step(s).chunks)
     s = speculating()
     decoding(s, PROMPT, PROMPT)
     s.max_num_batched_tokens = 4  # two decodes take 2 of 4 tokens: 2 drafts in all
-    assert [c.num_draft_tokens for c in s.schedule().chunks] == [2, 0]
+    assert [c.num_draft_tokens for c in plan_step(s).chunks] == [2, 0]
 
 
 def test_drafts_never_preempt() -> None:
     long = (*PROMPT, 9, 9, 9)  # 10 tokens with the first sampled: 3 blocks, 4 with drafts
     alone = speculating(num_blocks=4)
     decoding(alone, long)
-    assert [c.num_draft_tokens for c in alone.schedule().chunks] == [3]
+    assert [c.num_draft_tokens for c in plan_step(alone).chunks] == [3]
     s = speculating(num_blocks=4)
     decoding(s, long, (1,))  # b holds the fourth block
-    assert [c.num_draft_tokens for c in s.schedule().chunks] == [0, 0]
+    assert [c.num_draft_tokens for c in plan_step(s).chunks] == [0, 0]
     assert s.stats.num_preemptions == 0

@@ -21,7 +21,8 @@ from atom.model.runner import Runner, Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
-from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, torch_runner
+from atom.model.speculation.proposer import make_proposer
+from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, plan_step, torch_runner
 
 NGRAM = SpeculativeConfig(
     method="ngram",
@@ -68,11 +69,13 @@ def drive(
     params: SamplingParams = LONG,
     *,
     speculation: SpeculativeConfig | None = None,
+    draft: Runner | None = None,
     num_blocks: int | None = None,
     budget: int = 4096,
 ) -> Run:
-    """Every prompt to its end through one Scheduler; the KV bookkeeping is checked
-    after each step and must be empty at the end."""
+    """Every prompt to its end through one Scheduler (`draft`: the draft model's runner
+    for a draft_model `speculation`); the KV bookkeeping is checked after each step and
+    must be empty at the end, and so must the draft's."""
     kv = KVCacheManager(num_blocks=num_blocks or runner.num_blocks, block_size=BLOCK)
     scheduler = Scheduler(
         kv=kv,
@@ -81,13 +84,14 @@ def drive(
         eos_token_ids=runner.eos_token_ids,
         max_model_len=256,
         speculation=speculation,
+        proposer=make_proposer(speculation, draft) if speculation else None,
     )
     run = Run()
     for i, prompt in enumerate(prompts):
         scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params))
         run.tokens[str(i)] = []
     while scheduler.num_seqs:
-        plan = scheduler.schedule()
+        plan = plan_step(scheduler)
         run.num_steps += 1
         for out in scheduler.update(plan, runner.step(plan)):
             run.tokens[out.seq.request_id].extend(out.tokens)
@@ -98,6 +102,7 @@ def drive(
                 runner.release(out.seq.seq_id)
         kv.check_invariants()
     assert kv.num_free_blocks == kv.num_blocks and runner.num_sequences() == 0
+    assert draft is None or draft.num_sequences() == 0
     return run
 
 
@@ -155,6 +160,50 @@ def test_max_tokens_and_preemption_under_speculation() -> None:
     assert all(len(tokens) == LONG.max_tokens for tokens in ids(squeezed))
 
 
+# --- a draft model ----------------------------------------------------------------
+
+DRAFT = SpeculativeConfig(
+    method="draft_model", num_speculative_tokens=3, model="tiny", disable_by_batch_size=1024
+)
+DRAFTS = {  # the served model's twin (its drafts are right), or its first layer only
+    "twin": lambda name: RUNNERS[name](),
+    "one-layer": lambda name: torch_runner(LlamaConfig, num_hidden_layers=1),
+}
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+@pytest.mark.parametrize("name", ["llama", "llama-int4"])
+def test_a_draft_model_gives_the_same_tokens(name: str, draft: str) -> None:
+    runner = RUNNERS[name]()
+    plain = drive(runner, PROMPTS[:8])
+    fast = drive(runner, PROMPTS[:8], speculation=DRAFT, draft=DRAFTS[draft](name))
+    assert ids(fast) == ids(plain) and fast.num_drafts > 0
+    if draft == "twin":  # (nearly) every draft right: about four tokens a step
+        assert fast.num_accepted > 0.9 * fast.num_drafts and fast.num_steps < plain.num_steps / 2
+
+
+def test_seeded_draws_with_a_draft_model_are_the_same() -> None:
+    """Drafts are the draft's argmax (point masses): the served model's own draws decide,
+    one a token, so a seeded request's tokens and logprobs do not change. (A low
+    temperature: the random model's argmax is rarely drawn otherwise.)"""
+    runner = RUNNERS["llama-int4"]()
+    params = SamplingParams(temperature=0.05, seed=5, max_tokens=30, ignore_eos=True, logprobs=2)
+    plain = drive(runner, PROMPTS[:6], params)
+    fast = drive(runner, PROMPTS[:6], params, speculation=DRAFT, draft=RUNNERS["llama-int4"]())
+    assert fast.tokens == plain.tokens and fast.num_accepted > 0
+
+
+def test_a_full_draft_cache_gives_blocks_back_and_prefills_again() -> None:
+    """Eight blocks of four slots hold one sequence of up to 32 positions: each step the
+    sequences asked take what the others hold, and the others prefill again later."""
+    runner = RUNNERS["llama"]()
+    plain = drive(runner, PROMPTS[:3])
+    fast = drive(
+        runner, PROMPTS[:3], speculation=DRAFT, draft=torch_runner(LlamaConfig, num_blocks=8)
+    )
+    assert ids(fast) == ids(plain) and fast.num_accepted > 0
+
+
 # --- the distribution of sampled tokens ----------------------------------------------
 
 SAMPLES = 10_000
@@ -162,7 +211,11 @@ SAMPLED = SamplingParams(temperature=0.8, top_k=3, max_tokens=3, ignore_eos=True
 
 
 def sampled_pairs(
-    runner: Runner, prompt: tuple[int, ...], seed_base: int, speculation: SpeculativeConfig | None
+    runner: Runner,
+    prompt: tuple[int, ...],
+    seed_base: int,
+    speculation: SpeculativeConfig | None,
+    draft: Runner | None = None,
 ) -> tuple[Counter[Any], int]:
     """How often each (second, third) token pair follows `prompt` over SAMPLES sequences,
     each with its own seed; and how many drafts were accepted."""
@@ -171,15 +224,22 @@ def sampled_pairs(
     batch = 500
     for start in range(0, SAMPLES, batch):
         kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=BLOCK)
-        scheduler = Scheduler(kv=kv, max_num_seqs=batch, max_num_batched_tokens=8192,
-                              eos_token_ids=frozenset(), max_model_len=256,
-                              speculation=speculation)  # fmt: skip
+        proposer = make_proposer(speculation, draft) if speculation else None
+        scheduler = Scheduler(
+            kv=kv,
+            max_num_seqs=batch,
+            max_num_batched_tokens=8192,
+            eos_token_ids=frozenset(),
+            max_model_len=256,
+            speculation=speculation,
+            proposer=proposer,
+        )
         for i in range(start, start + batch):
             params = dataclasses.replace(SAMPLED, seed=seed_base + i)
             scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params))
         outputs: dict[str, list[int]] = {}
         while scheduler.num_seqs:
-            plan = scheduler.schedule()
+            plan = plan_step(scheduler)
             for out in scheduler.update(plan, runner.step(plan)):
                 outputs.setdefault(out.seq.seq_id, []).extend(out.token_ids)
                 num_accepted += out.drafts.num_accepted_tokens if out.drafts else 0
@@ -222,10 +282,12 @@ def sampling_case() -> tuple[Any, tuple[int, ...], Counter[Any]]:
     return runner, prompt, plain
 
 
-def test_sampling_keeps_the_distribution(sampling_case: Any) -> None:
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_sampling_keeps_the_distribution(sampling_case: Any, method: str) -> None:
     runner, prompt, plain = sampling_case
-    speculating, num_accepted = sampled_pairs(runner, prompt, seed_base=0, speculation=NGRAM)
-    assert num_accepted > SAMPLES // 20  # drafts decided many of the pairs (~12 %)
+    config, draft = (NGRAM, None) if method == "ngram" else (DRAFT, torch_runner(LlamaConfig))
+    speculating, num_accepted = sampled_pairs(runner, prompt, 0, config, draft)
+    assert num_accepted > SAMPLES // 20  # drafts decided many of the pairs (~12 % n-gram)
     assert chi_square_p(speculating, plain) > SIGNIFICANCE
 
 

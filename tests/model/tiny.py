@@ -16,7 +16,7 @@ from atom.config import Settings
 from atom.events import SamplingParams, Submit
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.forward.llama_forward import own_forward
-from atom.model.runner import Runner
+from atom.model.runner import Runner, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
@@ -111,6 +111,12 @@ def torch_runner(
     )
 
 
+def plan_step(scheduler: Scheduler) -> StepPlan:
+    """The Batcher's order, on this thread: the proposer's drafts first, then the plan."""
+    proposer = scheduler.proposer
+    return scheduler.schedule(proposer.propose(scheduler.draft_requests()) if proposer else None)
+
+
 def run_all(
     runner: Runner,
     prompts: list[tuple[int, ...]],
@@ -138,7 +144,7 @@ def run_all(
     outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     num_preemptions = 0
     while scheduler.num_seqs:
-        plan = scheduler.schedule()
+        plan = plan_step(scheduler)
         num_preemptions += scheduler.stats.num_preemptions
         for out in scheduler.update(plan, runner.step(plan)):
             outputs[out.seq.request_id].extend(out.token_ids)

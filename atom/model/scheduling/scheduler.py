@@ -9,9 +9,9 @@ through the prefix cache. "Oldest" is arrival order, or with `by_priority` a
 request's priority first (lower first; the highest value is preempted first).
 
 With speculation, a decoding sequence's chunk also carries draft tokens (from the
-proposer: n-gram or suffix decoding) when blocks and budget are left over after
-every decode and before any prefill; the runner returns the drafts it accepted and
-one token more.
+proposer: n-gram, suffix decoding or a draft model, asked for them before the step
+with `draft_requests`) when blocks and budget are left over after every decode and
+before any prefill; the runner returns the drafts it accepted and one token more.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, To
 from atom.model.runner import Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.speculation.config import SpeculativeConfig
-from atom.model.speculation.proposer import make_proposer
+from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 
 
 @dataclass(slots=True, kw_only=True)
@@ -96,11 +96,15 @@ class Scheduler:
         max_model_len: int,
         by_priority: bool = False,
         speculation: SpeculativeConfig | None = None,
+        proposer: Proposer | None = None,
     ) -> None:
+        """`proposer`: the one `speculation` names (made here when it needs no model)."""
         self.kv = kv
         self.by_priority = by_priority
         self.speculation = speculation
-        self._proposer = make_proposer(speculation) if speculation else None
+        if speculation is not None and proposer is None:
+            proposer = make_proposer(speculation)
+        self.proposer = proposer
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
@@ -141,8 +145,8 @@ class Scheduler:
         seq = self._seqs.pop(seq_id, None)
         if seq is not None:
             self.kv.free(seq_id)
-            if self._proposer is not None:
-                self._proposer.finish(seq_id, seq.token_ids[seq.num_prompt_tokens :])
+            if self.proposer is not None:
+                self.proposer.finish(seq_id, seq.token_ids[seq.num_prompt_tokens :])
         return seq
 
     def seq(self, seq_id: str) -> Sequence | None:
@@ -153,10 +157,26 @@ class Scheduler:
 
     # --- planning ------------------------------------------------------------------
 
-    def schedule(self) -> StepPlan:
-        """Plan one step within the token budget: decodes first, then prefill chunks."""
+    def draft_requests(self) -> list[DraftRequest]:
+        """What to ask the proposer before planning a step: each decoding sequence and
+        how many drafts it may take (none above `disable_by_batch_size` of them)."""
+        spec = self.speculation
+        decoding = [s for s in self._seqs.values() if s.is_decoding]
+        if spec is None or len(decoding) > spec.disable_by_batch_size:
+            return []
+        requests = [DraftRequest(s.seq_id, s.token_ids, self._room(s, spec)) for s in decoding]
+        return [r for r in requests if r.num_tokens > 0]
+
+    def propose(self) -> Mapping[str, tuple[int, ...]]:
+        """The drafts of a proposer that runs no model, asked here (`draft_requests`)."""
+        assert self.proposer is None or not self.proposer.runs_a_model
+        return self.proposer.propose(self.draft_requests()) if self.proposer else {}
+
+    def schedule(self, drafts: Mapping[str, tuple[int, ...]] | None = None) -> StepPlan:
+        """Plan one step within the token budget: decodes first (with the `drafts`
+        proposed for them), then prefill chunks."""
         self.stats = StepStats()
-        chunks = self._with_drafts(self._schedule_decodes())
+        chunks = self._with_drafts(self._schedule_decodes(), drafts or {})
         planned = {c.seq_id for c in chunks}
         budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
         for seq in self._in_order():
@@ -186,36 +206,32 @@ class Scheduler:
                 chunks.append(self._chunk(seq, seq.num_computed, len(seq.token_ids)))
         return chunks[: self.max_num_batched_tokens]
 
-    def _with_drafts(self, decodes: list[SeqChunk]) -> list[SeqChunk]:
-        """The decode chunks, those with proposals extended by their drafts while the
-        budget and free blocks last (drafts never preempt anything)."""
-        spec = self.speculation
-        if spec is None or not decodes:
-            return decodes
-        if len(decodes) > spec.disable_by_batch_size:
-            return decodes
+    def _with_drafts(
+        self, decodes: list[SeqChunk], drafts: Mapping[str, tuple[int, ...]]
+    ) -> list[SeqChunk]:
+        """The decode chunks, those with drafts extended by them while the budget and
+        free blocks last (drafts never preempt anything)."""
         budget = self.max_num_batched_tokens - len(decodes)
         out = []
         for chunk in decodes:
             seq = self._seqs[chunk.seq_id]
-            drafts = self._propose(seq, spec, budget)
-            if drafts and self.kv.allocate(seq.seq_id, len(seq.token_ids) + len(drafts)):
-                chunk = self._chunk(seq, seq.num_computed, len(seq.token_ids), drafts)
-                budget -= len(drafts)
+            run = drafts.get(seq.seq_id, ())[: max(budget, 0)]
+            if run and self.kv.allocate(seq.seq_id, len(seq.token_ids) + len(run)):
+                chunk = self._chunk(seq, seq.num_computed, len(seq.token_ids), run)
+                budget -= len(run)
             out.append(chunk)
         return out
 
-    def _propose(self, seq: Sequence, spec: SpeculativeConfig, budget: int) -> tuple[int, ...]:
-        """Drafts for `seq`: never past its max_tokens or the context limit, where every
-        draft accepted plus the token after them must still fit."""
-        assert self._proposer is not None
-        room = min(
+    def _room(self, seq: Sequence, spec: SpeculativeConfig) -> int:
+        """How many drafts `seq` may take: as many as it accepted last time plus one (at
+        most `num_speculative_tokens`), never past its max_tokens or the context limit,
+        where every draft accepted plus the token after them must still fit."""
+        return min(
             spec.num_speculative_tokens if seq.num_draft_tokens is None else seq.num_draft_tokens,
-            budget,
+            self.max_num_batched_tokens - 1,
             seq.params.max_tokens - seq.num_output - 1,
             self._max_model_len - len(seq.token_ids) - 1,
         )
-        return self._proposer.propose(seq.seq_id, seq.token_ids, room) if room > 0 else ()
 
     def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
         wants_prompt = seq.params.prompt_logprobs is not None

@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-METHODS = ("ngram", "suffix")  # vLLM's spellings; "[ngram]" is its older alias
-PLANNED = ("draft_model",)  # named by issue 17, not built yet
+METHODS = ("ngram", "suffix", "draft_model")  # vLLM's spellings; "[ngram]": its older alias
 DEFAULT_DISABLE_BY_BATCH_SIZE = 8  # ATOM's (vLLM never turns drafts off by default)
 KEYS = {
     "ngram": {"prompt_lookup_min", "prompt_lookup_max"},
@@ -17,6 +16,7 @@ KEYS = {
         "suffix_decoding_max_spec_factor",
         "suffix_decoding_min_token_prob",
     },
+    "draft_model": {"model", "quantization"},
 }
 COMMON = {"method", "num_speculative_tokens", "disable_by_batch_size"}
 
@@ -31,8 +31,9 @@ class SpeculativeConfig:
     longest matching suffix (up to `max_tree_depth` tokens) over its own tokens and
     the last `max_cached_requests` responses, token by token while a token's share of
     the matches stays at `min_token_prob` or more, at most `max_spec_factor` times the
-    match's length. Above `disable_by_batch_size` decoding sequences nothing is
-    proposed (the batch already fills the machine)."""
+    match's length. Draft model: the greedy continuation of `model` (a smaller model
+    with the same tokenizer: a folder or a GGUF). Above `disable_by_batch_size`
+    decoding sequences nothing is proposed (the batch already fills the machine)."""
 
     method: str
     num_speculative_tokens: int
@@ -43,6 +44,8 @@ class SpeculativeConfig:
     max_cached_requests: int = 1000
     max_spec_factor: float = 1.0
     min_token_prob: float = 0.1
+    model: str | None = None  # the draft model's path (draft_model only)
+    quantization: str | None = None  # the draft's --quantization (None: the served model's)
 
 
 def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
@@ -56,16 +59,16 @@ def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
         raise ValueError(f"--speculative-config: not JSON ({exc.msg})") from None
     if not isinstance(value, dict):
         raise ValueError("--speculative-config: expected a JSON object")
-    method = value.get("method", "ngram")
+    method = value.get("method", "draft_model" if "model" in value else "ngram")  # vLLM's rule
     method = "ngram" if method == "[ngram]" else method
-    if method in PLANNED:
-        raise ValueError(f"--speculative-config: method {method!r} is not available yet")
     if method not in METHODS:
         raise ValueError(f"--speculative-config: method must be one of {METHODS}, got {method!r}")
     unknown = sorted(set(value) - COMMON - KEYS[method])
     if unknown:
         raise ValueError(f"--speculative-config: unknown key {unknown[0]!r} for {method}")
     disable = _number(value, "disable_by_batch_size", int, DEFAULT_DISABLE_BY_BATCH_SIZE)
+    if method == "draft_model":
+        return _draft_model(value, disable)
     if method == "ngram":
         low, high = _lookup(value)
         return SpeculativeConfig(
@@ -76,6 +79,21 @@ def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
             prompt_lookup_max=high,
         )
     return _suffix(value, disable)
+
+
+def _draft_model(value: dict[str, Any], disable: int) -> SpeculativeConfig:
+    model, quantization = value.get("model"), value.get("quantization")
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError("--speculative-config: draft_model needs `model`, the draft's path")
+    if quantization is not None and not isinstance(quantization, str):
+        raise ValueError("--speculative-config: quantization must be a string, as --quantization")
+    return SpeculativeConfig(
+        method="draft_model",
+        num_speculative_tokens=_number(value, "num_speculative_tokens", int, None),
+        disable_by_batch_size=disable,
+        model=model,
+        quantization=quantization,
+    )
 
 
 def _suffix(value: dict[str, Any], disable: int) -> SpeculativeConfig:

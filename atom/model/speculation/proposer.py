@@ -1,25 +1,65 @@
-"""Proposers: where draft tokens come from. The Scheduler owns one and calls it for each
-decoding sequence that may speculate, and tells it when a sequence ends."""
+"""Proposers: where draft tokens come from. The Scheduler owns one; before each step it
+says which decoding sequences may take drafts (`DraftRequest`), the Batcher asks the
+proposer for them (on the device thread when it runs a model), and the Scheduler tells
+it when a sequence ends."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from atom.model.runner import Runner
 from atom.model.speculation.config import SpeculativeConfig
+from atom.model.speculation.draft import DraftModelProposer
 from atom.model.speculation.ngram import NgramIndex
 from atom.model.speculation.suffix import SuffixIndex
 
 
+@dataclass(frozen=True, slots=True)
+class DraftRequest:
+    seq_id: str
+    token_ids: Sequence[int]  # the sequence so far; only ever grows between calls
+    num_tokens: int  # at most this many drafts
+
+
 class Proposer(Protocol):
-    def propose(self, seq_id: str, token_ids: Sequence[int], num_tokens: int) -> tuple[int, ...]:
-        """Up to `num_tokens` drafts to follow `token_ids`, the sequence so far (prompt
-        and output; it only ever grows between calls for one `seq_id`)."""
+    runs_a_model: bool  # then the Batcher calls `propose` on the device thread
+
+    def propose(self, requests: Sequence[DraftRequest]) -> Mapping[str, tuple[int, ...]]:
+        """Up to `num_tokens` drafts to follow each request's tokens, by seq_id (a
+        sequence may get none)."""
         ...
 
     def finish(self, seq_id: str, output_ids: Sequence[int]) -> None:
         """The sequence ended (or was aborted) with this output; forget it."""
         ...
+
+
+class SequenceDrafter(Protocol):
+    def propose(self, seq_id: str, token_ids: Sequence[int], num_tokens: int) -> tuple[int, ...]:
+        """Up to `num_tokens` drafts to follow one sequence's `token_ids`."""
+        ...
+
+    def finish(self, seq_id: str, output_ids: Sequence[int]) -> None: ...
+
+
+class EachSequence:
+    """A Proposer over a drafter that looks at one sequence at a time, on the event loop
+    (a dictionary lookup or a short walk a sequence: n-gram and suffix)."""
+
+    runs_a_model = False
+
+    def __init__(self, drafter: SequenceDrafter) -> None:
+        self._drafter = drafter
+
+    def propose(self, requests: Sequence[DraftRequest]) -> Mapping[str, tuple[int, ...]]:
+        return {
+            r.seq_id: self._drafter.propose(r.seq_id, r.token_ids, r.num_tokens) for r in requests
+        }
+
+    def finish(self, seq_id: str, output_ids: Sequence[int]) -> None:
+        self._drafter.finish(seq_id, output_ids)
 
 
 class NgramProposer:
@@ -41,7 +81,12 @@ class NgramProposer:
         self._indexes.pop(seq_id, None)
 
 
-def make_proposer(config: SpeculativeConfig) -> Proposer:
+def make_proposer(config: SpeculativeConfig, draft: Runner | None = None) -> Proposer:
+    """The proposer `config` names; `draft`: the draft model's runner (draft_model)."""
+    if config.method == "draft_model":
+        if draft is None:
+            raise ValueError("--speculative-config: the draft model is not loaded")
+        return DraftModelProposer(draft)
     if config.method == "suffix":
-        return SuffixIndex(config)
-    return NgramProposer(config)
+        return EachSequence(SuffixIndex(config))
+    return EachSequence(NgramProposer(config))
