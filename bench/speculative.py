@@ -1,13 +1,17 @@
 """Speculative decoding, side by side: `python -m bench.speculative [--tokens 3 5]`.
 
-Starts ATOM with its defaults, then with each `--methods` proposer (n-gram, suffix)
-for each `--tokens` K, and
-runs the same streaming greedy chats against each, one after the other: three
+Starts ATOM with its defaults, then with each `--methods` proposer (n-gram, suffix, a
+draft model) for each `--tokens` K, and runs the same streaming greedy chats against
+each, one after the other: three
 workloads where drafts should pay (editing a code block, quoting a long text, an
 agent loop repeating its tool-call structure) and one where they should not (free
 prose), at c=1 and c=16. Prints one JSON document: output tokens/s (counted by the
 server's usage, as a chunk may carry several tokens), its ratio to the run without
 drafts, and the acceptance (`spec_decode_*` from /metrics).
+
+The draft model is the default model cut to its first `--draft-layers` layers (the same
+tokenizer; no smaller SmolLM2 ships offline), written once to `--draft-dir` and served
+as `--draft-quantization`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -146,9 +151,51 @@ async def workloads(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def truncated_draft(num_layers: int, folder: Path) -> Path:
+    """The default model's first `num_layers` layers, its norm and head, as an HF folder."""
+    if (folder / "config.json").exists():
+        return folder
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from atom.model.catalog import resolve_source
+
+    gguf = resolve_source(None)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    model.model.layers = model.model.layers[:num_layers]
+    model.config.num_hidden_layers = num_layers
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config  # plain float weights now
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(folder / "model.safetensors"))
+    model.generation_config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model.config.save_pretrained(folder)  # last: its presence means the folder is whole
+    return folder
+
+
+def speculation(method: str, k: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The --speculative-config of one run."""
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+    if method == "ngram":
+        config |= {"prompt_lookup_min": args.lookup[0], "prompt_lookup_max": args.lookup[1]}
+    if method == "draft_model":
+        draft = truncated_draft(args.draft_layers, Path(args.draft_dir))
+        config |= {"model": str(draft), "quantization": args.draft_quantization}
+    return config
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--methods", nargs="+", default=["ngram", "suffix"], choices=["ngram", "suffix"])
+    methods = ["ngram", "suffix", "draft_model"]
+    p.add_argument("--methods", nargs="+", default=methods, choices=methods)
+    p.add_argument("--draft-layers", type=int, default=6)
+    p.add_argument("--draft-quantization", default="int4")
+    p.add_argument("--draft-dir", default="/tmp/atom-bench-draft")
     p.add_argument("--tokens", type=int, nargs="+", default=[3], help="num_speculative_tokens")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     p.add_argument("--lookup", type=int, nargs=2, default=[2, 4], help="prompt_lookup min max")
@@ -158,10 +205,8 @@ def main() -> None:
     runs: dict[str, dict[str, str]] = {"atom": {}}
     for method in args.methods:
         for k in args.tokens:
-            config: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
-            if method == "ngram":
-                config |= {"prompt_lookup_min": args.lookup[0], "prompt_lookup_max": args.lookup[1]}
-            runs[f"atom-{method}-{k}"] = {"ATOM_SPECULATIVE_CONFIG": json.dumps(config)}
+            config = json.dumps(speculation(method, k, args))
+            runs[f"atom-{method}-{k}"] = {"ATOM_SPECULATIVE_CONFIG": config}
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
     for name, env in runs.items():
         port = free_port()
