@@ -9,9 +9,11 @@ prose), at c=1 and c=16. Prints one JSON document: output tokens/s (counted by t
 server's usage, as a chunk may carry several tokens), its ratio to the run without
 drafts, and the acceptance (`spec_decode_*` from /metrics).
 
-The draft model is the default model cut to its first `--draft-layers` layers (the same
-tokenizer; no smaller SmolLM2 ships offline), written once to `--draft-dir` and served
-as `--draft-quantization`.
+The draft model is `--draft` (a path or a model name), or without it the default model
+cut to its first `--draft-layers` layers (the same tokenizer; no smaller SmolLM2 ships
+offline), written once to `--draft-dir`; served as `--draft-quantization`. With
+`--atom-env ATOM_QUANTIZATION=off --draft SmolLM2-135M-Instruct` the float32 model
+drafts with its own quantized weights.
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ def speculation(method: str, k: int, args: argparse.Namespace) -> dict[str, Any]
     if method == "ngram":
         config |= {"prompt_lookup_min": args.lookup[0], "prompt_lookup_max": args.lookup[1]}
     if method == "draft_model":
-        draft = truncated_draft(args.draft_layers, Path(args.draft_dir))
-        config |= {"model": str(draft), "quantization": args.draft_quantization}
+        draft = args.draft or str(truncated_draft(args.draft_layers, Path(args.draft_dir)))
+        config |= {"model": draft, "quantization": args.draft_quantization}
     return config
 
 
@@ -193,6 +195,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     methods = ["ngram", "suffix", "draft_model"]
     p.add_argument("--methods", nargs="+", default=methods, choices=methods)
+    p.add_argument("--draft", help="the draft model (default: the truncated default model)")
     p.add_argument("--draft-layers", type=int, default=6)
     p.add_argument("--draft-quantization", default="int4")
     p.add_argument("--draft-dir", default="/tmp/atom-bench-draft")
