@@ -67,51 +67,46 @@ def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
     if unknown:
         raise ValueError(f"--speculative-config: unknown key {unknown[0]!r} for {method}")
     disable = _number(value, "disable_by_batch_size", int, DEFAULT_DISABLE_BY_BATCH_SIZE)
-    if method == "draft_model":
-        return _draft_model(value, disable)
-    if method == "ngram":
-        low, high = _lookup(value)
-        return SpeculativeConfig(
-            method=method,
-            num_speculative_tokens=_number(value, "num_speculative_tokens", int, None),
-            disable_by_batch_size=disable,
-            prompt_lookup_min=low,
-            prompt_lookup_max=high,
-        )
-    return _suffix(value, disable)
+    fields = {"ngram": _ngram, "suffix": _suffix, "draft_model": _draft_model}[method](value)
+    return SpeculativeConfig(method=method, disable_by_batch_size=disable, **fields)
 
 
-def _draft_model(value: dict[str, Any], disable: int) -> SpeculativeConfig:
+def _ngram(value: dict[str, Any]) -> dict[str, Any]:
+    low, high = _lookup(value)
+    return {
+        "num_speculative_tokens": _number(value, "num_speculative_tokens", int, None),
+        "prompt_lookup_min": low,
+        "prompt_lookup_max": high,
+    }
+
+
+def _draft_model(value: dict[str, Any]) -> dict[str, Any]:
     model, quantization = value.get("model"), value.get("quantization")
     if not isinstance(model, str) or not model.strip():
         raise ValueError("--speculative-config: draft_model needs `model`, the draft's path")
     if quantization is not None and not isinstance(quantization, str):
         raise ValueError("--speculative-config: quantization must be a string, as --quantization")
-    return SpeculativeConfig(
-        method="draft_model",
-        num_speculative_tokens=_number(value, "num_speculative_tokens", int, None),
-        disable_by_batch_size=disable,
-        model=model,
-        quantization=quantization,
-    )
+    return {
+        "num_speculative_tokens": _number(value, "num_speculative_tokens", int, None),
+        "model": model,
+        "quantization": quantization,
+    }
 
 
-def _suffix(value: dict[str, Any], disable: int) -> SpeculativeConfig:
+def _suffix(value: dict[str, Any]) -> dict[str, Any]:
     """vLLM's suffix keys and defaults (num_speculative_tokens: the tree depth), but 1,000
     cached responses rather than 10,000: the index lives in Python objects here."""
     depth = _number(value, "suffix_decoding_max_tree_depth", int, 24)
     probability = _number(value, "suffix_decoding_min_token_prob", float, 0.1)
     if probability > 1:
         raise ValueError("--speculative-config: suffix_decoding_min_token_prob is above 1")
-    return SpeculativeConfig(
-        method="suffix",
-        num_speculative_tokens=_number(value, "num_speculative_tokens", int, depth),
-        disable_by_batch_size=disable,
-        max_tree_depth=depth,
-        max_cached_requests=_number(value, "suffix_decoding_max_cached_requests", int, 1000),
-        max_spec_factor=_number(value, "suffix_decoding_max_spec_factor", float, 1.0),
-        min_token_prob=probability,
-    )
+    return {
+        "num_speculative_tokens": _number(value, "num_speculative_tokens", int, depth),
+        "max_tree_depth": depth,
+        "max_cached_requests": _number(value, "suffix_decoding_max_cached_requests", int, 1000),
+        "max_spec_factor": _number(value, "suffix_decoding_max_spec_factor", float, 1.0),
+        "min_token_prob": probability,
+    }
 
 
 def _lookup(value: dict[str, Any]) -> tuple[int, int]:
