@@ -161,8 +161,10 @@ class Scheduler:
         """What to ask the proposer before planning a step: each decoding sequence and
         how many drafts it may take (none above `disable_by_batch_size` of them)."""
         spec = self.speculation
+        if spec is None:
+            return []
         decoding = [s for s in self._seqs.values() if s.is_decoding]
-        if spec is None or len(decoding) > spec.disable_by_batch_size:
+        if len(decoding) > spec.disable_by_batch_size:
             return []
         requests = [DraftRequest(s.seq_id, s.token_ids, self._room(s, spec)) for s in decoding]
         return [r for r in requests if r.num_tokens > 0]
@@ -211,6 +213,8 @@ class Scheduler:
     ) -> list[SeqChunk]:
         """The decode chunks, those with drafts extended by them while the budget and
         free blocks last (drafts never preempt anything)."""
+        if not drafts:
+            return decodes
         budget = self.max_num_batched_tokens - len(decodes)
         out = []
         for chunk in decodes:
