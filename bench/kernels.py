@@ -19,10 +19,9 @@ from typing import Any
 import torch
 
 from atom.config import Settings
-from atom.model.forward.int4 import quantize_blocks as q4_blocks
+from atom.model.forward.blocks import Q4_1, Q8_0
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
-from atom.model.forward.q8 import quantize_blocks as q8_blocks
 from bench.run import machine
 
 # SmolLM2-135M: hidden 576, MLP 1536, 30 layers, q/k/v fused (9 + 2 * 3 heads of 64),
@@ -73,7 +72,7 @@ def step_products(ops: Any, workload: str) -> tuple[list[tuple[Any, ...]], int]:
         for n, k in shapes:
             weight = torch.randn(n, k) * 0.05
             if kind in ("int4", "q8"):
-                blocks, _ = (q4_blocks if kind == "int4" else q8_blocks)(weight)
+                blocks = (Q4_1 if kind == "int4" else Q8_0).pack(weight)
                 products.append((getattr(ops, f"{kind}_linear"), k, blocks, None))
                 total += blocks.numel()
             else:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.model.forward.blocks import Q4_1, Q8_0, BlockLinear
+from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.int4 import quantize_blocks
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
@@ -53,37 +53,59 @@ def test_int4_linear_matches_the_same_arithmetic(
     isa: str, rows: int, width: int, bias: bool
 ) -> None:
     gen = torch.Generator().manual_seed(rows * width)
-    weight = q4_1_weights(40, width, seed=rows)
-    b = torch.randn(40, generator=gen) if bias else None
+    weight = q4_1_weights(48, width, seed=rows)
+    b = torch.randn(48, generator=gen) if bias else None
     x = torch.randn(1, rows, width, generator=gen)
-    blocks, _ = quantize_blocks(weight)
     with kernel_isa(isa):
-        got = cpu_ops().int4_linear(x, blocks, b)
-    assert got.shape == (1, rows, 40)
+        got = cpu_ops().int4_linear(x, Q4_1.pack(weight), b)
+    assert got.shape == (1, rows, 48)
     expected = block_product(x[0], weight, b, minimums=True)
     torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=1e-4)
     exact = x[0] @ weight.T + (0 if b is None else b)
     assert (got[0] - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
 
 
-def test_int4_linear_refuses_widths_off_the_block() -> None:
+def test_int4_linear_refuses_widths_off_the_block_and_rows_off_the_tile() -> None:
     with pytest.raises(RuntimeError, match="blocks of 32"):
-        cpu_ops().int4_linear(torch.zeros(1, 40), torch.zeros(8, 20, dtype=torch.uint8), None)
+        cpu_ops().int4_linear(torch.zeros(1, 40), torch.zeros(16, 20, dtype=torch.uint8), None)
+    with pytest.raises(RuntimeError, match="tiles of 16 rows, not 24"):
+        cpu_ops().int4_linear(torch.zeros(1, 32), torch.zeros(24, 20, dtype=torch.uint8), None)
 
 
-def test_a_row_gets_the_same_output_alone_and_among_many() -> None:
-    """Activations are quantized per row and block, so no row coarsens another's (torch's
-    fbgemm path, used before for more than 4 rows, took one range for the whole batch)."""
-    linear = torch.nn.Linear(64, 24)
-    linear.weight.data = q4_1_weights(24, 64, seed=3)
-    layer = BlockLinear(linear, Q4_1, cpu_ops())
-    x = torch.randn(40, 64, generator=torch.Generator().manual_seed(4))
+@pytest.mark.parametrize("fmt", [Q4_1, Q8_0], ids=lambda fmt: fmt.name)
+def test_a_layer_whose_outputs_fill_no_whole_tile_gets_them_all(fmt: BlockFormat) -> None:
+    linear = torch.nn.Linear(64, 40)  # two tiles and a half
+    layer = BlockLinear(linear, fmt, cpu_ops())
+    assert layer.blocks.shape[0] == 48 and layer.projection(cpu_ops()) is None
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(5))
+    got = layer(x)
+    assert got.shape == (3, 40) and got.is_contiguous()
+    expected = block_product(x, fmt.quantize(linear.weight)[1], linear.bias, minimums=fmt is Q4_1)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", [Q4_1, Q8_0], ids=lambda fmt: fmt.name)
+def test_a_row_gets_the_same_bits_alone_among_many_and_on_either_isa(fmt: BlockFormat) -> None:
+    """Activations are quantized per row and block, and each output is summed in one
+    order whatever the batch holds: a sequence's numbers do not depend on its neighbours
+    (a decode batch, a speculative verify step), nor on AVX2 against AVX-512."""
+    linear = torch.nn.Linear(608, 48)
+    if fmt is Q4_1:
+        linear.weight.data = q4_1_weights(48, 608, seed=3)
+    layer = BlockLinear(linear, fmt, cpu_ops())
+    x = torch.randn(40, 608, generator=torch.Generator().manual_seed(4))
     x[7] *= 1000  # an outlier row
-    together = layer(x)
-    alone = torch.cat([layer(row.unsqueeze(0)) for row in x])
-    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)  # summation order only
-    expected = block_product(x, linear.weight, linear.bias, minimums=True)
-    torch.testing.assert_close(together, expected, rtol=1e-5, atol=1e-4)
+    results = []
+    for isa in KERNEL_ISAS:
+        with kernel_isa(isa):
+            together = layer(x)
+            alone = torch.cat([layer(row.unsqueeze(0)) for row in x])
+            pairs = torch.cat([layer(x[i : i + 2]) for i in range(0, 40, 2)])
+        assert torch.equal(together, alone) and torch.equal(together, pairs)
+        results.append(together)
+    assert all(torch.equal(results[0], other) for other in results[1:])
+    expected = block_product(x, fmt.quantize(linear.weight)[1], linear.bias, minimums=fmt is Q4_1)
+    torch.testing.assert_close(results[0], expected, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from atom.model.forward.blocks import Q8_0
 from atom.model.forward.q8 import quantize_blocks
 from atom.model.loader import default_model_path
 from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa
@@ -33,21 +34,20 @@ def test_q8_0_weights_come_back_exactly() -> None:
 @pytest.mark.parametrize(("width", "bias"), [(32, False), (64, True), (96, False), (608, True)])
 def test_q8_linear_matches_the_same_arithmetic(isa: str, rows: int, width: int, bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows * width)
-    weight = q8_0_weights(40, width, seed=rows)
-    b = torch.randn(40, generator=gen) if bias else None
+    weight = q8_0_weights(48, width, seed=rows)
+    b = torch.randn(48, generator=gen) if bias else None
     x = torch.randn(1, rows, width, generator=gen)
     x[0, 0, :5] = 0.0  # an all-zero stretch: a block of zeros has no scale
-    blocks, _ = quantize_blocks(weight)
     with kernel_isa(isa):
-        got = cpu_ops().q8_linear(x, blocks, b)
-    assert got.shape == (1, rows, 40)
+        got = cpu_ops().q8_linear(x, Q8_0.pack(weight), b)
+    assert got.shape == (1, rows, 48)
     expected = block_product(x[0], weight, b, minimums=False)
     torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=1e-4)
 
 
 def test_q8_linear_refuses_widths_off_the_block() -> None:
     with pytest.raises(RuntimeError, match="blocks of 32"):
-        cpu_ops().q8_linear(torch.zeros(1, 40), torch.zeros(8, 34, dtype=torch.uint8), None)
+        cpu_ops().q8_linear(torch.zeros(1, 40), torch.zeros(16, 34, dtype=torch.uint8), None)
 
 
 def test_the_default_models_q8_0_embedding_comes_back_byte_for_byte() -> None:

@@ -1,26 +1,31 @@
 // Products with weights in GGUF block formats, any number of rows of x: y = x · Wᵀ + b.
 //
 // int4_linear: Q4_1 blocks of 32 weights along each row: a float16 scale d, a float16
-// minimum m and 32 nibbles q, a weight being d * q + m. A row of K weights is stored as
-// its K / 32 scales, then its K / 32 minimums, then the nibbles, 16 bytes a block
-// (byte j: weight j low, weight j + 16 high): 0.625 bytes a weight, one stream a row.
-//
+// minimum m and 32 nibbles q, a weight being d * q + m (0.625 bytes a weight).
 // q8_linear: Q8_0 blocks of 32: a float16 scale d and 32 int8 values q, a weight being
-// d * q. A row is stored as its K / 32 scales, then its values, each plus 128 (an
-// unsigned byte, which the VNNI dot product takes): 1.0625 bytes a weight.
+// d * q (1.0625 bytes a weight), each value stored plus 128 (an unsigned byte, which
+// the VNNI dot product takes).
+//
+// Both store the weights in tiles of 16 rows (kTileRows), a tile's blocks in order,
+// each block of a tile in one stretch: Q4_1 four groups of 64 bytes, then the 16
+// scales, then the 16 minimums (320 bytes); Q8_0 eight groups of 64 bytes, then the
+// 16 scales (544 bytes). In group k, row j's four bytes (at 4j) are, for Q4_1, its
+// bytes 4k..4k + 3 of GGUF's nibble order (weight i low, weight i + 16 high): weights
+// 4k..4k + 3 in the low nibbles, 16 + 4k.. in the high ones; for Q8_0 its values
+// 4k..4k + 3. atom/model/forward/int4.py and q8.py write them.
 //
 // Below kWidenRows rows of x (decode), the rows of x are quantized per 32-block to
-// int8 (scale dx), as llama.cpp's Q8_1,
-// so a block contributes d * dx * Σ q·xq (+ m * Σx for Q4_1), and stored in the order
-// the weights unpack to (q4_x_index for Q4_1), so the inner loops (loops.inc) load
-// them straight. Those loops exist for AVX2 and for AVX-512 with VNNI; which one runs
-// is decided once, from what the CPU and the OS support (kernel_isa). More rows
-// (prefill) multiply float32 activations by the weights expanded to float32.
+// int8 (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
+// for Q4_1). The inner loops (loops.inc) exist for AVX2 and for AVX-512 with VNNI and
+// give the same bits; which one runs is decided once, from what the CPU and the OS
+// support (kernel_isa). More rows (prefill) multiply float32 activations by the
+// weights expanded to float32.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "blocks.h"
@@ -35,50 +40,67 @@ constexpr int64_t kRowBlock = 32;  // rows of x per pass over the weights (kept 
 // a step of them cost ~1.8x float32's GEMM on the Intel Xeon VM.
 constexpr int64_t kWidenRows = 64;
 
-// Row n of a weight matrix as float32, from its blocks (the layouts above).
-void q4_1_row(const uint8_t* row, int64_t nb, float* out) {
-  const auto* scales = reinterpret_cast<const c10::Half*>(row);
-  const uint8_t* nibbles = row + 4 * nb;
+float half_at(const uint8_t* p) {
+  c10::Half h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(h);
+}
+
+// A tile's 16 rows as float32 [16, K] (rows K apart), from its blocks (the layouts above).
+void q4_1_tile(const uint8_t* tile, int64_t nb, float* out) {
+  const int64_t K = nb * kBlock;
   for (int64_t b = 0; b < nb; ++b) {
-    const float d = scales[b], m = scales[nb + b];
-    for (int64_t i = 0; i < 16; ++i) {
-      out[b * kBlock + i] = d * static_cast<float>(nibbles[16 * b + i] & 0x0F) + m;
-      out[b * kBlock + i + 16] = d * static_cast<float>(nibbles[16 * b + i] >> 4) + m;
+    const uint8_t* p = tile + b * kTileRows * 20;
+    for (int64_t j = 0; j < kTileRows; ++j) {
+      const float d = half_at(p + 256 + 2 * j), m = half_at(p + 288 + 2 * j);
+      float* row = out + j * K + b * kBlock;
+      for (int64_t k = 0; k < 4; ++k) {
+        for (int64_t i = 0; i < 4; ++i) {
+          const uint8_t byte = p[64 * k + 4 * j + i];
+          row[4 * k + i] = d * static_cast<float>(byte & 0x0F) + m;
+          row[16 + 4 * k + i] = d * static_cast<float>(byte >> 4) + m;
+        }
+      }
     }
   }
 }
 
-void q8_0_row(const uint8_t* row, int64_t nb, float* out) {
-  const auto* scales = reinterpret_cast<const c10::Half*>(row);
-  const uint8_t* values = row + 2 * nb;
+void q8_0_tile(const uint8_t* tile, int64_t nb, float* out) {
+  const int64_t K = nb * kBlock;
   for (int64_t b = 0; b < nb; ++b) {
-    const float d = scales[b];
-    for (int64_t i = 0; i < kBlock; ++i) {
-      out[b * kBlock + i] = d * static_cast<float>(static_cast<int32_t>(values[b * kBlock + i]) - 128);
+    const uint8_t* p = tile + b * kTileRows * 34;
+    for (int64_t j = 0; j < kTileRows; ++j) {
+      const float d = half_at(p + 512 + 2 * j);
+      float* row = out + j * K + b * kBlock;
+      for (int64_t k = 0; k < 8; ++k) {
+        for (int64_t i = 0; i < 4; ++i) {
+          row[4 * k + i] = d * static_cast<float>(static_cast<int32_t>(p[64 * k + 4 * j + i]) - 128);
+        }
+      }
     }
   }
 }
 
 struct Format {
   const char* name;
-  int64_t block_bytes, lanes;
-  bool q4_order;  // x in q4_x_index order (else plain)
+  int64_t block_bytes;   // a row's bytes for one block of 32 weights
+  bool minimums;         // Q4_1: each block's activation sum is needed
   BlockChunk chunks[2];  // by instruction set: avx2, avx512_vnni
-  void (*expand_row)(const uint8_t*, int64_t, float*);
+  void (*expand_tile)(const uint8_t*, int64_t, float*);
 };
 
-constexpr Format kQ4_1{"Q4_1", 20, 4, true, {q4_chunk_avx2, q4_chunk_avx512}, q4_1_row};
-constexpr Format kQ8_0{"Q8_0", 34, 8, false, {q8_chunk_avx2, q8_chunk_avx512}, q8_0_row};
+constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512}, q4_1_tile};
+constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512}, q8_0_tile};
 
 // The weights as float32 [N, K].
 torch::Tensor expanded(const torch::Tensor& blocks, int64_t K, const Format& format) {
-  const int64_t N = blocks.size(0), nb = K / kBlock;
+  const int64_t N = blocks.size(0), nb = K / kBlock, tile_bytes = kTileRows * nb * format.block_bytes;
   auto out = torch::empty({N, K}, torch::kFloat32);
   const uint8_t* wp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      format.expand_row(wp + n * nb * format.block_bytes, nb, op + n * K);
+  at::parallel_for(0, N / kTileRows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      format.expand_tile(wp + t * tile_bytes, nb, op + t * kTileRows * K);
     }
   });
   return out;
@@ -86,17 +108,16 @@ torch::Tensor expanded(const torch::Tensor& blocks, int64_t K, const Format& for
 
 struct QuantizedRows {
   std::vector<int8_t> q;
-  std::vector<float> scale, scale_lanes;
-  std::vector<float> sum;          // Q4_1 only: each block's float sum (the minimums' part)
-  std::vector<int32_t> offsets;    // Q8_0 only: -128 · Σ xq in each block's first lane
+  std::vector<float> scale;
+  std::vector<float> sum;        // Q4_1 only: each block's float sum (the minimums' part)
+  std::vector<int32_t> offsets;  // Q8_0 only: -128 · Σ xq of each block
 };
 
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
-  const int64_t nb = K / kBlock, lanes = format.lanes;
-  const bool q4 = format.q4_order;
+  const int64_t nb = K / kBlock;
+  const bool q4 = format.minimums;
   QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
-                    std::vector<float>(M * nb * lanes), std::vector<float>(q4 ? M * nb : 0),
-                    std::vector<int32_t>(q4 ? 0 : M * nb * 8)};
+                    std::vector<float>(q4 ? M * nb : 0), std::vector<int32_t>(q4 ? 0 : M * nb)};
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + m * K + b * kBlock;
@@ -106,19 +127,17 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
         sum += xb[i];
       }
       const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
-      int8_t* q = out.q.data() + m * K;
+      int8_t* q = out.q.data() + m * K + b * kBlock;
       int32_t q_sum = 0;
       for (int64_t i = 0; i < kBlock; ++i) {
-        const auto v = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
-        q[q4 ? q4_x_index(b, i, nb) : b * kBlock + i] = v;
-        q_sum += v;
+        q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+        q_sum += q[i];
       }
       out.scale[m * nb + b] = d;
-      std::fill_n(out.scale_lanes.begin() + (m * nb + b) * lanes, lanes, d);
       if (q4) {
         out.sum[m * nb + b] = sum;
       } else {
-        out.offsets[(m * nb + b) * 8] = -128 * q_sum;
+        out.offsets[m * nb + b] = -128 * q_sum;
       }
     }
   }
@@ -155,6 +174,7 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
   const int64_t K = x.size(-1), N = blocks.size(0);
   TORCH_CHECK(K % kBlock == 0 && blocks.size(1) == K / kBlock * format.block_bytes,
               format.name, " linear: blocks of 32 weights along the input");
+  TORCH_CHECK(N % kTileRows == 0, format.name, " linear: weights in tiles of 16 rows, not ", N);
   auto flat = x.reshape({-1, K}).contiguous();
   const int64_t M = flat.size(0), nb = K / kBlock;
   if (M >= kWidenRows) return at::linear(x, expanded(blocks, K, format), bias);
@@ -166,15 +186,14 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
     const BlockJob job{blocks.data_ptr<uint8_t>(),
                        xq.q.data() + m0 * K,
                        xq.scale.data() + m0 * nb,
-                       xq.scale_lanes.data() + m0 * nb * format.lanes,
                        xq.sum.empty() ? nullptr : xq.sum.data() + m0 * nb,
-                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb * 8,
+                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb,
                        b.defined() ? b.data_ptr<float>() : nullptr,
                        out.data_ptr<float>() + m0 * N,
                        std::min(kRowBlock, M - m0),
                        N,
                        K};
-    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) { chunk(job, begin, end); });
+    at::parallel_for(0, N / kTileRows, 1, [&](int64_t begin, int64_t end) { chunk(job, begin, end); });
   }
   auto sizes = x.sizes().vec();
   sizes.back() = N;
@@ -197,13 +216,13 @@ std::string set_kernel_isa(const std::string& name) {
   TORCH_CHECK(false, "set_kernel_isa: one of avx2, avx512_vnni, not ", name);
 }
 
-// blocks: uint8 [N, K / 32 * 20] (see above); x float32 [..., K].
+// blocks: uint8 [N, K / 32 * 20], Q4_1 tiles (see above); x float32 [..., K].
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
                           c10::optional<torch::Tensor> bias) {
   return block_linear(x, blocks, bias, kQ4_1);
 }
 
-// blocks: uint8 [N, K / 32 * 34] (see above); x float32 [..., K].
+// blocks: uint8 [N, K / 32 * 34], Q8_0 tiles (see above); x float32 [..., K].
 torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<torch::Tensor> bias) {
   return block_linear(x, blocks, bias, kQ8_0);
 }
