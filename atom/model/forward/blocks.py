@@ -76,18 +76,17 @@ class BlockLinear(nn.Module):
         self.register_buffer("blocks", fmt.pack(linear.weight))
         bias = None if linear.bias is None else padded(linear.bias.detach().float())
         self.register_buffer("bias", bias)
+        self.whole_tiles = linear.out_features % TILE_ROWS == 0  # else zeros fill the last
         self._gemv = getattr(kernels, fmt.kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self._gemv(x, self.blocks, self.bias)
-        if self.blocks.shape[0] != self.out_features:  # a last tile filled up with zeros
-            out = out[..., : self.out_features].contiguous()
-        return out  # type: ignore[no-any-return]
+        out: torch.Tensor = self._gemv(x, self.blocks, self.bias)
+        return out if self.whole_tiles else out[..., : self.out_features].contiguous()
 
     def projection(self, kernels: Any) -> Any:
         """This layer as the kernels' `Projection` (None with a filled-up last tile:
         the kernels' decoder stack takes whole tiles)."""
-        if self.blocks.shape[0] != self.out_features:
+        if not self.whole_tiles:
             return None
         return kernels.Projection(self.format.kind, self.blocks, None, self.bias)
 
