@@ -72,6 +72,12 @@ def running_server(log_path: Path, **env: str) -> Iterator[Server]:
         proc.wait(timeout=30)
 
 
+# A question the default model answers "The capital of France is Paris." by a clear
+# margin in every weight form. Not "What is the capital of France?": its first token
+# is a near tie ("The" -1.88, "L" -1.97, "La" -2.27 in float32), which a last-bit change
+# in a kernel turns into "La femme de France, ..." until max_tokens.
+CAPITAL = "Name the capital of France."
+
 FAULTY_APP = "tests.e2e.faulty_app:app"  # its model step hangs or raises on a flag file
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import CAPITAL, Server
 from tests.weather import ANTHROPIC_WEATHER
 
 pytestmark = pytest.mark.slow
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = [{"role": "user", "content": CAPITAL}]
 TOOL = ANTHROPIC_WEATHER
 
 

@@ -11,6 +11,7 @@ from atom.config import Settings
 from atom.events import Envelope
 from atom.http.app import create_app
 from tests.conftest import serving, steps_before_release, wait_ready
+from tests.e2e.conftest import CAPITAL
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -58,7 +59,7 @@ async def test_twenty_dropped_streams_are_freed_at_the_next_step() -> None:
                 await trio.sleep(0.005)
         stats = batcher.statistics()
         gauge = running_gauge((await client.get("/metrics")).text)
-        q = [{"role": "user", "content": "What is the capital of France?"}]
+        q = [{"role": "user", "content": CAPITAL}]
         ok = await client.post("/v1/chat/completions", json={"messages": q, "temperature": 0})
     steps = steps_before_release(envelopes)
     assert len(steps) == 20 and max(steps.values()) <= 1, steps

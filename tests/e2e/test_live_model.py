@@ -16,11 +16,11 @@ from safetensors.torch import load_file, save_file
 
 from atom.config import Settings
 from atom.model.loader import default_model_path, local_folder
-from tests.e2e.conftest import Server, running_server
+from tests.e2e.conftest import CAPITAL, Server, running_server
 
 pytestmark = pytest.mark.slow
 CHAT = {
-    "messages": [{"role": "user", "content": "What is the capital of France?"}],
+    "messages": [{"role": "user", "content": CAPITAL}],
     "max_tokens": 12,
     "temperature": 0,
 }

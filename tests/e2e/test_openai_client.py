@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import CAPITAL, Server
 
 pytestmark = pytest.mark.slow
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = [{"role": "user", "content": CAPITAL}]
 
 
 def test_chat_answers_paris_and_streaming_agrees(server: Server) -> None:

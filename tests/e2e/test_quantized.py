@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import running_server
+from tests.e2e.conftest import CAPITAL, running_server
 
 pytestmark = pytest.mark.slow
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = [{"role": "user", "content": CAPITAL}]
 
 
 @pytest.mark.parametrize("method", ["int4", "int8"])

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import CAPITAL, Server
 from tests.weather import WEATHER
 
 pytestmark = pytest.mark.slow
-QUESTION = "What is the capital of France?"
+QUESTION = CAPITAL
 
 
 class City(pydantic.BaseModel):

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import CAPITAL, Server
 
 pytestmark = pytest.mark.slow
-Q = [{"role": "user", "content": "What is the capital of France?"}]
+Q = [{"role": "user", "content": CAPITAL}]
 
 
 def chat(server: Server, **body: Any) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def test_logprobs_spell_the_content_when_the_model_ends_its_turn(server: Server)
         e for c in chunks for e in (c["choices"][0].get("logprobs") or {}).get("content") or []
     ]
     assert [e["token"] for e in streamed] == [e["token"] for e in entries]
-    doc = complete(server, "Q: What is the capital of France?\nA:", logprobs=1, max_tokens=200)
+    doc = complete(server, "Q: What is 2 + 2?\nA:", logprobs=1, max_tokens=200)  # ends
     choice = doc["choices"][0]
     assert choice["finish_reason"] == "stop"
     assert "".join(choice["logprobs"]["tokens"]) == choice["text"]
