@@ -210,9 +210,10 @@ def test_alone_the_answers_are_the_same_with_drafts_accepted(
 
 
 def test_batched_the_answers_are_the_same(pairs: Callable[[str], Pair]) -> None:
-    """In float32. On the default integer kernels a prefill's arithmetic depends on what
-    shares its step (from 64 rows the products go through the float GEMM), with or
-    without drafts, so two batched runs need not agree there (docs/user-guide.md)."""
+    """In float32. On the default integer kernels the products are batch-invariant, but
+    drafts take part of a step's token budget, so a batched prompt can be cut into
+    other chunks, and attention over chunks sums in another order than over the whole
+    prompt: two batched runs need not agree there (docs/speculative-decoding.md)."""
     plain, spec = pairs("ngram")
     assert_same(answers(spec, together=True), answers(plain, together=True), "off")
 

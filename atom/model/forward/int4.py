@@ -8,11 +8,10 @@ blocks at once). The default model ships as Q4_1, and a Q4_1 block's smallest an
 largest weights sit at q = 0 and q = 15, so re-quantizing its dequantized weights
 gives back those very blocks.
 
-A layer of these blocks is a `blocks.BlockLinear` (format `Q4_1`): every product is
-ATOM's `int4_linear` kernel: below 64 rows integer dot products on activations
-quantized per 32-block (as llama.cpp's Q8_1), so one outlier only coarsens its own
-block, the 4-bit rows streamed once for every 32 rows of activations; from 64 rows
-(prefill) the float GEMM on the blocks expanded to float32.
+A layer of these blocks is a `blocks.BlockLinear` (format `Q4_1`): every product, one
+row or a whole prompt, is ATOM's `int4_linear` kernel: integer dot products on
+activations quantized per 32-block (as llama.cpp's Q8_1), so one outlier only
+coarsens its own block, the 4-bit weights streamed once for every 128 rows.
 """
 
 from __future__ import annotations

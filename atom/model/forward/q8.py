@@ -6,10 +6,9 @@ A row is stored as its scales, then its values plus 128 (unsigned bytes, what th
 VNNI dot product takes). Quantizing the dequantized weights of a Q8_0 tensor gives
 back its very blocks: a block's largest magnitude sits at q = ±127.
 
-A layer of these blocks is a `blocks.BlockLinear` (format `Q8_0`): every product is
-ATOM's `q8_linear` kernel, integer dot products on activations quantized per
-32-block below 64 rows, the float GEMM on the expanded blocks from 64, as
-`int4_linear`'s.
+A layer of these blocks is a `blocks.BlockLinear` (format `Q8_0`): every product, one
+row or a whole prompt, is ATOM's `q8_linear` kernel, integer dot products on
+activations quantized per 32-block, as `int4_linear`'s.
 """
 
 from __future__ import annotations

@@ -14,12 +14,14 @@
 // 4k..4k + 3 in the low nibbles, 16 + 4k.. in the high ones; for Q8_0 its values
 // 4k..4k + 3. atom/model/forward/int4.py and q8.py write them.
 //
-// Below kWidenRows rows of x (decode), the rows of x are quantized per 32-block to
-// int8 (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
+// Every product, one row or thousands, quantizes each row of x per 32-block to int8
+// (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
 // for Q4_1). The inner loops (loops.inc) exist for AVX2 and for AVX-512 with VNNI and
 // give the same bits; which one runs is decided once, from what the CPU and the OS
-// support (kernel_isa). More rows (prefill) multiply float32 activations by the
-// weights expanded to float32.
+// support (kernel_isa). Prefill takes the same loops: on the Intel Xeon VM they beat
+// the float GEMM on the weights expanded to float32 at every size measured (int4's 120
+// layer products at 512 rows: 201 against 388 ms), and a row's result never depends
+// on the rows beside it.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -34,77 +36,19 @@
 namespace {
 
 constexpr int64_t kBlock = 32;
-constexpr int64_t kRowBlock = 32;  // rows of x per pass over the weights (kept in L2)
-// From this many rows (prefill) the weights are expanded to float32 and multiplied by
-// the float GEMM: the integer loops take each row on its own, and at 2,400 prompt rows
-// a step of them cost ~1.8x float32's GEMM on the Intel Xeon VM.
-constexpr int64_t kWidenRows = 64;
-
-float half_at(const uint8_t* p) {
-  c10::Half h;
-  std::memcpy(&h, p, 2);
-  return static_cast<float>(h);
-}
-
-// A tile's 16 rows as float32 [16, K] (rows K apart), from its blocks (the layouts above).
-void q4_1_tile(const uint8_t* tile, int64_t nb, float* out) {
-  const int64_t K = nb * kBlock;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = tile + b * kTileRows * 20;
-    for (int64_t j = 0; j < kTileRows; ++j) {
-      const float d = half_at(p + 256 + 2 * j), m = half_at(p + 288 + 2 * j);
-      float* row = out + j * K + b * kBlock;
-      for (int64_t k = 0; k < 4; ++k) {
-        for (int64_t i = 0; i < 4; ++i) {
-          const uint8_t byte = p[64 * k + 4 * j + i];
-          row[4 * k + i] = d * static_cast<float>(byte & 0x0F) + m;
-          row[16 + 4 * k + i] = d * static_cast<float>(byte >> 4) + m;
-        }
-      }
-    }
-  }
-}
-
-void q8_0_tile(const uint8_t* tile, int64_t nb, float* out) {
-  const int64_t K = nb * kBlock;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = tile + b * kTileRows * 34;
-    for (int64_t j = 0; j < kTileRows; ++j) {
-      const float d = half_at(p + 512 + 2 * j);
-      float* row = out + j * K + b * kBlock;
-      for (int64_t k = 0; k < 8; ++k) {
-        for (int64_t i = 0; i < 4; ++i) {
-          row[4 * k + i] = d * static_cast<float>(static_cast<int32_t>(p[64 * k + 4 * j + i]) - 128);
-        }
-      }
-    }
-  }
-}
+// Rows of x per pass over the weights: a tile (≤ 16 KB at K = 1536) stays in L1 while
+// they pass, and 128 rows of x (≤ 200 KB) stay in L2.
+constexpr int64_t kRowBlock = 128;
 
 struct Format {
   const char* name;
   int64_t block_bytes;   // a row's bytes for one block of 32 weights
   bool minimums;         // Q4_1: each block's activation sum is needed
   BlockChunk chunks[2];  // by instruction set: avx2, avx512_vnni
-  void (*expand_tile)(const uint8_t*, int64_t, float*);
 };
 
-constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512}, q4_1_tile};
-constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512}, q8_0_tile};
-
-// The weights as float32 [N, K].
-torch::Tensor expanded(const torch::Tensor& blocks, int64_t K, const Format& format) {
-  const int64_t N = blocks.size(0), nb = K / kBlock, tile_bytes = kTileRows * nb * format.block_bytes;
-  auto out = torch::empty({N, K}, torch::kFloat32);
-  const uint8_t* wp = blocks.data_ptr<uint8_t>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, N / kTileRows, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      format.expand_tile(wp + t * tile_bytes, nb, op + t * kTileRows * K);
-    }
-  });
-  return out;
-}
+constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512}};
+constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512}};
 
 struct QuantizedRows {
   std::vector<int8_t> q;
@@ -118,29 +62,31 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
   const bool q4 = format.minimums;
   QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
                     std::vector<float>(q4 ? M * nb : 0), std::vector<int32_t>(q4 ? 0 : M * nb)};
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + m * K + b * kBlock;
-      float amax = 0.f, sum = 0.f;
-      for (int64_t i = 0; i < kBlock; ++i) {
-        amax = std::max(amax, std::fabs(xb[i]));
-        sum += xb[i];
-      }
-      const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
-      int8_t* q = out.q.data() + m * K + b * kBlock;
-      int32_t q_sum = 0;
-      for (int64_t i = 0; i < kBlock; ++i) {
-        q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
-        q_sum += q[i];
-      }
-      out.scale[m * nb + b] = d;
-      if (q4) {
-        out.sum[m * nb + b] = sum;
-      } else {
-        out.offsets[m * nb + b] = -128 * q_sum;
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {  // prompts: thousands of rows
+    for (int64_t m = begin; m < end; ++m) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* xb = x + m * K + b * kBlock;
+        float amax = 0.f, sum = 0.f;
+        for (int64_t i = 0; i < kBlock; ++i) {
+          amax = std::max(amax, std::fabs(xb[i]));
+          sum += xb[i];
+        }
+        const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+        int8_t* q = out.q.data() + m * K + b * kBlock;
+        int32_t q_sum = 0;
+        for (int64_t i = 0; i < kBlock; ++i) {
+          q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+          q_sum += q[i];
+        }
+        out.scale[m * nb + b] = d;
+        if (q4) {
+          out.sum[m * nb + b] = sum;
+        } else {
+          out.offsets[m * nb + b] = -128 * q_sum;
+        }
       }
     }
-  }
+  });
   return out;
 }
 
@@ -177,7 +123,6 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
   TORCH_CHECK(N % kTileRows == 0, format.name, " linear: weights in tiles of 16 rows, not ", N);
   auto flat = x.reshape({-1, K}).contiguous();
   const int64_t M = flat.size(0), nb = K / kBlock;
-  if (M >= kWidenRows) return at::linear(x, expanded(blocks, K, format), bias);
   const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K, format);
   auto out = torch::empty({M, N}, flat.options());
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
