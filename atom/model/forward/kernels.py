@@ -8,7 +8,8 @@
   ~2x the kernel per layer (docs/performance.md).
 - `int8_linear` (`linear.cpp`), `int4_linear` and `q8_linear` (`blocks.cpp`, their
   loops in `loops.inc`) multiply activation rows by int8 rows (one scale each) or
-  GGUF Q4_1 / Q8_0 blocks, streaming the weights once per 32 rows: batch-1 decode is
+  GGUF Q4_1 / Q8_0 blocks (tiles of 16 weight rows, every product, prompts too),
+  streaming the weights once per 32 (int8) or 128 (blocks) rows: batch-1 decode is
   bound by reading them (docs/performance.md has the rates, `python -m
   bench.kernels` measures them).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
