@@ -27,6 +27,7 @@ class Settings:
     enable_prefix_caching: bool = True
     speculative_config: str | None = None  # a JSON object, as vLLM's
     quantization: str = "auto"
+    kv_cache_dtype: str = "auto"  # or float32, float16, bfloat16
     cpu_kernels: str = "auto"
     model_impl: str = "auto"
     tool_call_parser: str | None = None
@@ -113,6 +114,8 @@ HELP = {
     '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}',
     "quantization": "CPU weights: auto (a GGUF's quantized tensors on integer kernels in "
     "their own block format), off (float32), int8 or int4",
+    "kv_cache_dtype": "KV cache element type: auto (float16 when layers run quantized, "
+    "as llama.cpp's default; else the model's dtype), float32, float16 or bfloat16",
     "cpu_kernels": "ATOM's C++ CPU kernels: auto, on or off",
     "model_impl": "forward implementation: auto, atom or transformers",
     "tool_call_parser": "tool-call parser name (docs/parsers.md)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -164,7 +165,8 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
     # weights and for any loaded later in their place (update_weights_from_disk, wake-up)
     types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
     loaded, model, forms = _forward_model(settings, source, device, dtype_name, ops, types)
-    per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, dtype_name))
+    kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
+    per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     runner = TorchRunner(
         model,
@@ -174,6 +176,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         block_size=settings.block_size,
         tokenizer=loaded.tokenizer,
         decode_kernel=None if ops is None else ops.paged_decode,
+        kv_dtype=getattr(torch, kv_dtype),
     )
     description = {
         "source": loaded.source,
@@ -183,6 +186,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "model_impl": "transformers" if model is loaded.model else "atom",
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "kv_cache_bytes": str(num_blocks * per_block),
+        "kv_cache_dtype": kv_dtype,
     }
     log.info("model_loaded", **description)
     return Runtime(
@@ -286,6 +290,24 @@ def device_and_dtype(settings: Settings) -> tuple[str, str]:
         torch.set_num_threads(settings.num_threads)
     device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return device, settings.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+
+
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def kv_cache_dtype(choice: str, dtype_name: str, forms: Mapping[str, str]) -> str:
+    """The KV cache's element type for `--kv-cache-dtype` `choice`: `auto` is float16
+    when any layer runs quantized (`forms`, what `quantize` chose) on float32, as
+    llama.cpp's default cache (attention reads half the bytes; the activations are
+    rounded to int8 anyway), else the model's own dtype."""
+    if choice not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"unknown --kv-cache-dtype {choice!r} (one of {', '.join(KV_CACHE_DTYPES)})"
+        )
+    if choice != "auto":
+        return choice
+    quantized = any(form != "float" for form in forms.values())
+    return "float16" if quantized and dtype_name == "float32" else dtype_name
 
 
 def _num_kv_blocks(settings: Settings, device: str, per_block: int, max_model_len: int) -> int:

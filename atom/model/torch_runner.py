@@ -50,6 +50,7 @@ class TorchRunner:
         block_size: int,
         tokenizer: Any = None,
         decode_kernel: DecodeKernel | None = None,
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
@@ -71,7 +72,7 @@ class TorchRunner:
             kv_heads,
             head_dim,
         )
-        self._kv_dtype = param.dtype
+        self._kv_dtype = kv_dtype or param.dtype
         self._layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
         self._allocate_kv_cache()
         self._generators: dict[str, torch.Generator] = {}

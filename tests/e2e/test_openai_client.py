@@ -81,6 +81,7 @@ def test_models_health_tokenize_detokenize(server: Server) -> None:
     if info[0]["cpu_kernels"] != "off":  # fast by default: the GGUF's blocks as they ship
         assert info[0]["quantization"].startswith("auto (down_proj Q4_1,")
         assert info[0]["quantization"].endswith("lm_head Q8_0, o_proj Q4_1, qkv_proj Q4_1)")
+        assert info[0]["kv_cache_dtype"] == "float16"  # auto, with quantized layers
     assert info[1]["kind"] == "embed" and info[1]["pooling"] == "mean_tokens"
 
 

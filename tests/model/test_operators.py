@@ -30,13 +30,23 @@ def chunk(i: int, token_ids: tuple[int, ...], start: int) -> SeqChunk:
 
 
 @pytest.mark.parametrize(
-    ("method", "batch"), [(None, 1), (None, 4), ("int8", 1), ("int8", 2), ("int4", 1), ("int4", 4)]
+    ("method", "batch", "kv_dtype"),
+    [
+        (None, 1, None),
+        (None, 4, None),
+        ("int8", 1, None),
+        ("int8", 2, None),
+        ("int4", 1, None),
+        ("int4", 4, None),
+        ("int4", 4, torch.float16),  # --kv-cache-dtype auto's choice with quantized layers
+        (None, 2, torch.bfloat16),
+    ],
 )
 @pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])
 def test_decode_stack_equals_the_python_layers(
-    config_cls: type, method: str | None, batch: int
+    config_cls: type, method: str | None, batch: int, kv_dtype: torch.dtype | None
 ) -> None:
-    runner = torch_runner(config_cls, cpp=True, impl="atom")
+    runner = torch_runner(config_cls, cpp=True, impl="atom", kv_dtype=kv_dtype)
     model = runner.model
     assert isinstance(model, LlamaForward)
     if method is not None:

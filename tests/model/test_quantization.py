@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from transformers import LlamaConfig
 
 from atom.model.forward.blocks import BlockLinear
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
-from atom.model.loader import default_model_path, describe, gguf_tensor_types
+from atom.model.loader import default_model_path, describe, gguf_tensor_types, kv_cache_dtype
 from tests.model.tiny import TINY, cpu_ops, tiny_model
 
 PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -107,3 +108,15 @@ def test_the_default_models_types_and_their_description() -> None:
     assert describe("auto", {"lm_head": "Q8_0", "o_proj": "Q4_1"}) == (
         "auto (lm_head Q8_0, o_proj Q4_1)"
     )
+
+
+def test_the_kv_cache_is_float16_by_default_only_where_layers_run_quantized() -> None:
+    assert kv_cache_dtype("auto", "float32", {"qkv_proj": "Q4_1", "lm_head": "float"}) == "float16"
+    assert kv_cache_dtype("auto", "float32", {"o_proj": "int8"}) == "float16"
+    assert kv_cache_dtype("auto", "float32", {}) == "float32"  # safetensors, `off`
+    assert kv_cache_dtype("auto", "float32", {"qkv_proj": "float"}) == "float32"
+    assert kv_cache_dtype("auto", "bfloat16", {}) == "bfloat16"  # CUDA
+    assert kv_cache_dtype("float32", "float32", {"qkv_proj": "Q4_1"}) == "float32"
+    assert kv_cache_dtype("bfloat16", "float32", {}) == "bfloat16"
+    with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8'"):
+        kv_cache_dtype("fp8", "float32", {})

@@ -90,11 +90,12 @@ def torch_runner(
     *,
     cpp: bool = False,
     impl: str = "transformers",
+    kv_dtype: torch.dtype | None = None,
     **overrides: Any,
 ) -> TorchRunner:
     """A TorchRunner over a tiny model: transformers' classes or ATOM's own forward
     (`impl`); torch's operators, or the C++ kernels (`cpp`: decode attention, and the
-    fused small operators of ATOM's forward)."""
+    fused small operators of ATOM's forward); a KV cache of `kv_dtype` (the model's)."""
     kernels = cpu_ops() if cpp else None
     return TorchRunner(
         own_forward(tiny_model(config_cls, **overrides), impl, kernels=kernels),
@@ -103,6 +104,7 @@ def torch_runner(
         num_blocks=num_blocks,
         block_size=BLOCK,
         decode_kernel=None if kernels is None else kernels.paged_decode,
+        kv_dtype=kv_dtype,
     )
 
 

@@ -83,8 +83,8 @@ class GatherDecode:
     ) -> torch.Tensor:
         shape = (*self.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
         flat = self.read_slots.flatten()
-        k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
-        v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3)
+        k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3).to(q.dtype)
+        v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3).to(q.dtype)
         mask = self.mask
         if scoring.window is not None:
             positions = torch.arange(shape[1], device=mask.device)
@@ -127,7 +127,8 @@ class StepMeta:
     decode: DecodeGroup | None
 
     def layer_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim]."""
+        """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim], in the
+        cache's own dtype (`--kv-cache-dtype`): written rounded to it, read back widened."""
         return self.layer_caches[layer]
 
 
@@ -151,8 +152,8 @@ def paged_attention(
         softcap=softcap,
     )
     k_cache, v_cache = step_meta.layer_cache(int(module.layer_idx))  # type: ignore[arg-type]
-    k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1))
-    v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1))
+    k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1).to(k_cache.dtype))
+    v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1).to(v_cache.dtype))
     out = attend_written(query[0].transpose(0, 1), k_cache, v_cache, step_meta, scoring)
     return out.unsqueeze(0), None
 
@@ -182,8 +183,8 @@ def _prefill(
     s: PrefillSlice,
     scoring: Scoring,
 ) -> torch.Tensor:
-    k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
-    v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0)
+    k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0).to(q.dtype)
+    v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0).to(q.dtype)
     if s.start_pos == 0 and scoring.window is None and scoring.softcap is None:
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=scoring.scale, enable_gqa=True

@@ -56,8 +56,8 @@ class TorchOps:
         half = x.shape[-1] // 2
         rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
         qk.copy_(qk * cos[:, None] + rotated)
-        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads])
-        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :])
+        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads].to(k_cache.dtype))
+        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :].to(v_cache.dtype))
 
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -20,11 +20,37 @@
 
 namespace {
 
+// The cache holds float32, float16 or bfloat16 (`--kv-cache-dtype`); rows are read as
+// float32, eight values at a time.
+inline float to_float(c10::Half v) { return static_cast<float>(v); }
+inline float to_float(c10::BFloat16 v) { return static_cast<float>(v); }
+
+#ifdef __AVX2__
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load8(const c10::BFloat16* p) {  // a bfloat16 is a float32's top 16 bits
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+#endif
+
 inline float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
+}
+
+// A cache row as float32: itself, or widened into `scratch` — so the loops after it
+// are the same code for every cache type, and a float16 row gives the same result as
+// a float32 row holding the same values.
+inline const float* widened(const float* row, int64_t, float*) { return row; }
+template <typename T>
+inline const float* widened(const T* row, int64_t n, float* scratch) {
+  for (int64_t i = 0; i < n; ++i) scratch[i] = to_float(row[i]);
+  return scratch;
 }
 
 inline void softmax(float* s, int64_t n) {
@@ -44,12 +70,13 @@ inline void softmax(float* s, int64_t n) {
 // q · k[j] for 8 key rows at once: eight independent accumulators keep the multiply-adds
 // streaming (one dot product at a time waits on its own chain), then one transposing
 // reduction. D is a multiple of 8.
-inline __m256 dot8(const float* q, const float* const* k, int64_t D) {
+template <typename T>
+inline __m256 dot8(const float* q, const T* const* k, int64_t D) {
   __m256 acc[8];
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t d = 0; d < D; d += 8) {
     const __m256 qv = _mm256_loadu_ps(q + d);
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + d), acc[j]);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(k[j] + d), acc[j]);
   }
   const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
   const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
@@ -58,8 +85,9 @@ inline __m256 dot8(const float* q, const float* const* k, int64_t D) {
 #endif
 
 // scores[i] = q · k[i] * scale for n key rows.
-inline void scores_of(const float* q, const float* const* k, int64_t n, int64_t D, float scale,
-                      float* scores) {
+template <typename T>
+inline void scores_of(const float* q, const T* const* k, int64_t n, int64_t D, float scale,
+                      float* scores, float* scratch) {
   int64_t i = 0;
 #ifdef __AVX2__
   if (D % 8 == 0) {
@@ -68,13 +96,14 @@ inline void scores_of(const float* q, const float* const* k, int64_t n, int64_t 
     }
   }
 #endif
-  for (; i < n; ++i) scores[i] = dot(q, k[i], D) * scale;
+  for (; i < n; ++i) scores[i] = dot(q, widened(k[i], D, scratch), D) * scale;
 }
 
 // out[D] = Σ_i p[i] * v[i]. Chunks of 64 dimensions keep their 8 accumulators in
 // registers across all rows, instead of loading and storing `out` once per row.
-inline void weighted_sum(const float* p, const float* const* v, int64_t n, int64_t D,
-                         float* out) {
+template <typename T>
+inline void weighted_sum(const float* p, const T* const* v, int64_t n, int64_t D, float* out,
+                         float* scratch) {
   int64_t d0 = 0;
 #ifdef __AVX2__
   for (; d0 + 64 <= D; d0 += 64) {
@@ -82,29 +111,75 @@ inline void weighted_sum(const float* p, const float* const* v, int64_t n, int64
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; ++i) {
       const __m256 w = _mm256_set1_ps(p[i]);
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[i] + d0 + 8 * c), acc[c]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(w, load8(v[i] + d0 + 8 * c), acc[c]);
     }
     for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
   }
 #endif
   std::fill(out + d0, out + D, 0.f);
   for (int64_t i = 0; i < n; ++i) {
+    const float* row = widened(v[i] + d0, D - d0, scratch);  // dimensions d0..D - 1
 #pragma omp simd
-    for (int64_t d = d0; d < D; ++d) out[d] += p[i] * v[i][d];
+    for (int64_t d = d0; d < D; ++d) out[d] += p[i] * row[d - d0];
   }
+}
+
+struct DecodeArgs {
+  const float* q;
+  int64_t q_stride, B, H, D, group, row, max_blocks, block_size, window;
+  const int64_t* tables;
+  const int64_t* lens;
+  float scale, cap;
+  float* out;
+};
+
+// One task per (sequence, query head) over cache rows of element type T.
+template <typename T>
+void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
+  at::parallel_for(0, a.B * a.H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, scratch(a.D);
+    std::vector<const T*> k_rows, v_rows;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / a.H, h = task % a.H;
+      const int64_t first = a.window > 0 ? std::max<int64_t>(0, a.lens[b] - a.window) : 0;
+      const int64_t len = a.lens[b] - first;  // attended positions: first .. lens[b] - 1
+      const int64_t* table = a.tables + b * a.max_blocks;
+      const int64_t kv_offset = (h / a.group) * a.D;  // GQA: query head h reads kv head h / group
+      scores.resize(len);
+      k_rows.resize(len);
+      v_rows.resize(len);
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t pos = first + i;
+        const int64_t slot = table[pos / a.block_size] * a.block_size + pos % a.block_size;
+        k_rows[i] = kp + slot * a.row + kv_offset;
+        v_rows[i] = vp + slot * a.row + kv_offset;
+      }
+      scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), len, a.D, a.scale, scores.data(),
+                scratch.data());
+      if (a.cap > 0.f) {
+        for (auto& v : scores) v = a.cap * std::tanh(v / a.cap);
+      }
+      softmax(scores.data(), len);
+      weighted_sum(scores.data(), v_rows.data(), len, a.D, a.out + (b * a.H + h) * a.D,
+                   scratch.data());
+    }
+  });
 }
 
 }  // namespace
 
-// query [B, H, D]; k_cache, v_cache [num_slots, KV, D] (one layer, contiguous);
+// query [B, H, D] float32; k_cache, v_cache [num_slots, KV, D] (one layer, contiguous;
+// float32, float16 or bfloat16);
 // block_tables [B, max_blocks] int64; seq_lens [B] int64 (each >= 1). `window` > 0 keeps
 // the last `window` positions only (sliding-window layers); `softcap` > 0 caps the
 // scores as softcap * tanh(score / softcap) (Gemma 2). Returns [B, H, D].
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
                            int64_t block_size, double scale, int64_t window, double softcap) {
-  TORCH_CHECK(query.scalar_type() == torch::kFloat32 && k_cache.scalar_type() == torch::kFloat32,
-              "paged_decode: float32 only");
+  const auto kind = k_cache.scalar_type();
+  TORCH_CHECK(query.scalar_type() == torch::kFloat32 && v_cache.scalar_type() == kind &&
+                  (kind == torch::kFloat32 || kind == torch::kHalf || kind == torch::kBFloat16),
+              "paged_decode: float32 queries, a float32, float16 or bfloat16 cache");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "paged_decode: cache layout");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "paged_decode: int64 block tables and lengths");
@@ -114,41 +189,17 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Te
   auto lens = seq_lens.contiguous();
   const int64_t B = q.size(0), H = q.size(1), D = q.size(2), KV = k_cache.size(1);
   TORCH_CHECK(H % KV == 0 && k_cache.size(2) == D, "paged_decode: head shapes");
-  const int64_t group = H / KV, max_blocks = tables.size(1), row = KV * D;
   auto out = torch::empty({B, H, D}, q.options());
-  const int64_t q_stride = q.stride(0);
-  const float* qp = q.data_ptr<float>();
-  const float* kp = k_cache.data_ptr<float>();
-  const float* vp = v_cache.data_ptr<float>();
-  const int64_t* tp = tables.data_ptr<int64_t>();
-  const int64_t* lp = lens.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  const float fscale = static_cast<float>(scale), cap = static_cast<float>(softcap);
-  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<const float*> k_rows, v_rows;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / H, h = task % H;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, lp[b] - window) : 0;
-      const int64_t len = lp[b] - first;  // attended positions: first .. lp[b] - 1
-      const int64_t* table = tp + b * max_blocks;
-      const int64_t kv_offset = (h / group) * D;  // GQA: query head h reads kv head h / group
-      scores.resize(len);
-      k_rows.resize(len);
-      v_rows.resize(len);
-      for (int64_t i = 0; i < len; ++i) {
-        const int64_t pos = first + i;
-        const int64_t slot = table[pos / block_size] * block_size + pos % block_size;
-        k_rows[i] = kp + slot * row + kv_offset;
-        v_rows[i] = vp + slot * row + kv_offset;
-      }
-      scores_of(qp + b * q_stride + h * D, k_rows.data(), len, D, fscale, scores.data());
-      if (cap > 0.f) {
-        for (auto& v : scores) v = cap * std::tanh(v / cap);
-      }
-      softmax(scores.data(), len);
-      weighted_sum(scores.data(), v_rows.data(), len, D, op + (b * H + h) * D);
-    }
-  });
+  const DecodeArgs args{q.data_ptr<float>(), q.stride(0), B, H, D, H / KV, KV * D,
+                        tables.size(1), block_size, window, tables.data_ptr<int64_t>(),
+                        lens.data_ptr<int64_t>(), static_cast<float>(scale),
+                        static_cast<float>(softcap), out.data_ptr<float>()};
+  if (kind == torch::kHalf) {
+    decode_tasks(args, k_cache.data_ptr<c10::Half>(), v_cache.data_ptr<c10::Half>());
+  } else if (kind == torch::kBFloat16) {
+    decode_tasks(args, k_cache.data_ptr<c10::BFloat16>(), v_cache.data_ptr<c10::BFloat16>());
+  } else {
+    decode_tasks(args, k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
+  }
   return out;
 }

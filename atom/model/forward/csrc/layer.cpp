@@ -63,34 +63,58 @@ torch::Tensor add_rms_norm(torch::Tensor x, c10::optional<torch::Tensor> delta,
   return out;
 }
 
+// Copies n float32 values into a cache row of element type T (rounded to nearest).
+template <typename T>
+void store_row(const float* from, int64_t n, T* to) {
+  for (int64_t i = 0; i < n; ++i) to[i] = static_cast<T>(from[i]);
+}
+
 // qkv [T, (H + 2 KV) * D]: rotates the H query and KV key heads in place by cos/sin
 // [T, D], then copies each token's (rotated) K and V heads into row slots[t] of
-// k_cache/v_cache [num_slots, KV, D]. The query heads stay in qkv for attention.
+// k_cache/v_cache [num_slots, KV, D] (float32, float16 or bfloat16). The query heads
+// stay in qkv for attention.
+template <typename T>
+void rope_write_rows(const torch::Tensor& qkv, const float* cp, const float* sp, const int64_t* slp,
+                     T* kp, T* vp, int64_t H, int64_t KV, int64_t D) {
+  const int64_t T_ = qkv.size(0), width = qkv.size(1), row = KV * D;
+  float* qp = qkv.data_ptr<float>();
+  at::parallel_for(0, T_, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* x = qp + t * width;
+      for (int64_t h = 0; h < H + KV; ++h) rotate(x + h * D, cp + t * D, sp + t * D, D);
+      store_row(x + H * D, row, kp + slp[t] * row);
+      store_row(x + (H + KV) * D, row, vp + slp[t] * row);
+    }
+  });
+}
+
 void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_cache,
                 torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "rope_write: contiguous float32 qkv [tokens, width]");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "rope_write: cache layout");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() &&
+                  k_cache.scalar_type() == v_cache.scalar_type(),
+              "rope_write: cache layout");
   TORCH_CHECK(slots.scalar_type() == torch::kInt64, "rope_write: int64 slots");
   const int64_t T = qkv.size(0), D = k_cache.size(2), width = qkv.size(1);
   TORCH_CHECK(width == (H + 2 * KV) * D && k_cache.size(1) == KV, "rope_write: head shapes");
   auto c = cos.contiguous(), s = sin.contiguous(), sl = slots.contiguous();
   TORCH_CHECK(c.numel() == T * D && s.numel() == T * D && sl.numel() == T, "rope_write: sizes");
-  float* qp = qkv.data_ptr<float>();
   const float* cp = c.data_ptr<float>();
   const float* sp = s.data_ptr<float>();
   const int64_t* slp = sl.data_ptr<int64_t>();
-  float* kp = k_cache.data_ptr<float>();
-  float* vp = v_cache.data_ptr<float>();
-  const int64_t row = KV * D;
-  at::parallel_for(0, T, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* x = qp + t * width;
-      for (int64_t h = 0; h < H + KV; ++h) rotate(x + h * D, cp + t * D, sp + t * D, D);
-      std::copy(x + H * D, x + H * D + row, kp + slp[t] * row);
-      std::copy(x + (H + KV) * D, x + width, vp + slp[t] * row);
-    }
-  });
+  switch (k_cache.scalar_type()) {
+    case torch::kFloat32:
+      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), H, KV, D);
+    case torch::kHalf:
+      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<c10::Half>(),
+                             v_cache.data_ptr<c10::Half>(), H, KV, D);
+    case torch::kBFloat16:
+      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<c10::BFloat16>(),
+                             v_cache.data_ptr<c10::BFloat16>(), H, KV, D);
+    default:
+      TORCH_CHECK(false, "rope_write: a float32, float16 or bfloat16 cache");
+  }
 }
 
 // gate_up [T, 2 I] → silu(gate) * up [T, I].
