@@ -148,11 +148,18 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
       scores.resize(len);
       k_rows.resize(len);
       v_rows.resize(len);
-      for (int64_t i = 0; i < len; ++i) {
-        const int64_t pos = first + i;
-        const int64_t slot = table[pos / a.block_size] * a.block_size + pos % a.block_size;
-        k_rows[i] = kp + slot * a.row + kv_offset;
-        v_rows[i] = vp + slot * a.row + kv_offset;
+      // the rows block by block: one division a block, not two a position (an integer
+      // division costs ~15 cycles, and a step of 32 sequences of 256 tokens asks for
+      // ~2.2 million positions)
+      for (int64_t i = 0, pos = first; i < len;) {
+        const int64_t offset = pos % a.block_size;
+        const int64_t base = table[pos / a.block_size] * a.block_size + offset;
+        const int64_t n = std::min(a.block_size - offset, len - i);
+        for (int64_t o = 0; o < n; ++o, ++i) {
+          k_rows[i] = kp + (base + o) * a.row + kv_offset;
+          v_rows[i] = vp + (base + o) * a.row + kv_offset;
+        }
+        pos += n;
       }
       scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), len, a.D, a.scale, scores.data(),
                 scratch.data());
