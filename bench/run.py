@@ -42,7 +42,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(command: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[None]:
+def server(
+    command: list[str], ready_url: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     log_path = os.environ.get("BENCH_SERVER_LOG")
     log = open(log_path, "a") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=log, stderr=log)
@@ -55,14 +57,32 @@ def server(command: list[str], ready_url: str, env: dict[str, str] | None = None
                     break
             except httpx.TransportError:
                 time.sleep(0.3)
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
+def resident_mb(pid: int) -> float:
+    """Resident memory of a process and its children (MB), from /proc."""
+    total, pids = 0, [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), "VmRSS: 0 kB")
+        total += int(line.split()[1])
+        pids += [int(c) for c in children]
+    return round(total / 1024, 1)
+
+
 def atom_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) -> Any:
     env = {"ATOM_LOG_LEVEL": "warning", **dict(kv.split("=", 1) for kv in args.atom_env)}
+    if args.model:
+        env |= {"ATOM_MODEL": args.model, "ATOM_SERVED_MODEL_NAME": MODEL}
     env.update(extra_env)
     command = serve_command("127.0.0.1", port, Settings.from_env(env))
     return server(command, f"http://127.0.0.1:{port}/health", env)
@@ -74,7 +94,7 @@ def llamacpp_server(port: int, args: argparse.Namespace, extra_env: dict[str, st
         "-m",
         "llama_cpp.server",
         "--model",
-        str(default_model_path()),
+        args.model or str(default_model_path()),
         "--port",
         str(port),
         "--n_ctx",
@@ -93,7 +113,8 @@ def llama_server(port: int, args: argparse.Namespace, extra_env: dict[str, str])
     continuous batching, 2 threads."""
     from bench import llama_server as build
 
-    command = [str(build.binary()), "--model", str(default_model_path()), "--host", "127.0.0.1"]
+    model = args.model or str(default_model_path())
+    command = [str(build.binary()), "--model", model, "--host", "127.0.0.1"]
     command += ["--port", str(port), "--alias", MODEL, "-np", "32", "-cb", "-t", "2"]
     command += ["-c", "65536", "--kv-unified", "--no-webui"]
     return server(command, f"http://127.0.0.1:{port}/health")
@@ -226,6 +247,7 @@ def main() -> None:
     p.add_argument("--int8", dest="quantization", action="append_const", const="int8")
     p.add_argument("--int4", dest="quantization", action="append_const", const="int4")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
+    p.add_argument("--model", help="a GGUF both servers serve (default: the default model)")
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
@@ -242,9 +264,10 @@ def main() -> None:
         runs.append(("llama-cpp-python", llamacpp_server, min_tokens, {}))
     for name, start, extra, env in runs:
         port = free_port()
-        with start(port, args, env):
+        with start(port, args, env) as proc:
             target = Target(name=name, url=f"http://127.0.0.1:{port}", model=MODEL, extra=extra)
             report["results"][name] = trio.run(scenarios, target, args)
+            report["results"][name]["resident_mb"] = resident_mb(proc.pid)
     if args.floor:
         report["results"]["transformers-generate"] = transformers_floor(
             args.prompt_words, args.output_tokens

@@ -12,7 +12,8 @@
 // 16 scales (544 bytes). In group k, row j's four bytes (at 4j) are, for Q4_1, its
 // bytes 4k..4k + 3 of GGUF's nibble order (weight i low, weight i + 16 high): weights
 // 4k..4k + 3 in the low nibbles, 16 + 4k.. in the high ones; for Q8_0 its values
-// 4k..4k + 3. atom/model/forward/int4.py and q8.py write them.
+// 4k..4k + 3. `tiled` (atom/model/forward/blocks.py) writes them from the GGUF-order
+// rows of int4.py and q8.py.
 //
 // Every product, one row or thousands, quantizes each row of x per 32-block to int8
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
@@ -36,8 +37,8 @@
 namespace {
 
 constexpr int64_t kBlock = 32;
-// Rows of x per pass over the weights: a tile (≤ 16 KB at K = 1536) stays in L1 while
-// they pass, and 128 rows of x (≤ 200 KB) stay in L2.
+// Rows of x per pass over the weights: a Q4_1 tile (15 KB at K = 1536) stays in L1
+// while they pass, and 128 rows of x (≤ 200 KB) stay in L2.
 constexpr int64_t kRowBlock = 128;
 
 struct Format {

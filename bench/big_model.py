@@ -1,0 +1,122 @@
+"""A 1B-parameter Llama-shaped model with random weights, as a Q4_1 GGUF:
+`python -m bench.big_model [--out /tmp/atom-bench-1b.Q4_1.gguf]`.
+
+TinyLlama-1.1B's shape (hidden 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads) with
+the default model's tokenizer (vocabulary 49,152, so ~1.07B parameters with the
+embedding tied to the output, as SmolLM2's is), written as a GGUF file users
+download holds it: the layers' weights in Q4_1 blocks, the embedding in Q8_0, the
+norms in F32, with the `gguf` package. The blocks come from ATOM's own quantizers
+(`int4.quantize_blocks`, `q8.quantize_blocks`: GGUF's blocks, stored apart) moved into
+GGUF's block order. Random weights answer nonsense: serve them with `ignore_eos`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import gguf  # type: ignore[import-untyped]
+import numpy as np
+import torch
+
+from atom.model.forward import int4, q8
+from atom.model.loader import default_model_path
+
+SHAPE = {"hidden": 2048, "layers": 22, "ffn": 5632, "heads": 32, "kv_heads": 4}
+DEFAULT_OUT = "/tmp/atom-bench-1b.Q4_1.gguf"
+
+
+def gguf_blocks(blocks: torch.Tensor, numbers: tuple[int, ...], packed: int) -> np.ndarray:
+    """ATOM's rows of blocks (each per-block number of a row apart, then the packed
+    weights) in GGUF's order: block by block, its numbers, then its weights."""
+    rows, width = blocks.shape
+    nb = width // (sum(numbers) + packed)
+    parts, at = [], 0
+    for size in (*numbers, packed):
+        parts.append(blocks[:, at : at + size * nb].reshape(rows, nb, size))
+        at += size * nb
+    return torch.cat(parts, dim=2).reshape(rows, width).numpy()
+
+
+def q4_1(weight: torch.Tensor) -> np.ndarray:
+    return gguf_blocks(int4.quantize_blocks(weight)[0], (2, 2), 16)
+
+
+def q8_0(weight: torch.Tensor) -> np.ndarray:
+    blocks = q8.quantize_blocks(weight)[0].clone()
+    nb = weight.shape[1] // 32
+    blocks[:, 2 * nb :] ^= 0x80  # ATOM stores values + 128; GGUF as int8
+    return gguf_blocks(blocks, (2,), 32)
+
+
+def copy_tokenizer(writer: Any, source: Path) -> None:
+    """The default model's tokenizer keys, as they are."""
+    reader = gguf.GGUFReader(str(source))
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, field.contents())
+        else:
+            writer.add_key_value(key, field.contents(), kind)
+
+
+def write(out: Path, seed: int = 0) -> None:
+    h, n, f = SHAPE["hidden"], SHAPE["layers"], SHAPE["ffn"]
+    heads, kv_heads = SHAPE["heads"], SHAPE["kv_heads"]
+    head_dim = h // heads
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(rows: int, cols: int) -> torch.Tensor:
+        return torch.randn(rows, cols, generator=gen) * 0.02
+
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_name("atom-bench-1b")
+    writer.add_block_count(n)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(h)
+    writer.add_feed_forward_length(f)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    copy_tokenizer(writer, default_model_path())
+    vocab = len(gguf.GGUFReader(str(default_model_path())).fields["tokenizer.ggml.tokens"].data)
+    quantized = gguf.GGMLQuantizationType
+    writer.add_tensor("token_embd.weight", q8_0(rand(vocab, h)), raw_dtype=quantized.Q8_0)
+    writer.add_tensor("output_norm.weight", np.ones(h, dtype=np.float32))
+    for i in range(n):
+        for name, rows, cols in (
+            ("attn_q", h, h),
+            ("attn_k", kv_heads * head_dim, h),
+            ("attn_v", kv_heads * head_dim, h),
+            ("attn_output", h, h),
+            ("ffn_gate", f, h),
+            ("ffn_up", f, h),
+            ("ffn_down", h, f),
+        ):
+            writer.add_tensor(
+                f"blk.{i}.{name}.weight", q4_1(rand(rows, cols)), raw_dtype=quantized.Q4_1
+            )
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(h, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(h, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=DEFAULT_OUT)
+    args = p.parse_args()
+    write(Path(args.out))
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
