@@ -12,7 +12,13 @@ from transformers import LlamaConfig
 from atom.model.forward.blocks import BlockLinear
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
-from atom.model.loader import default_model_path, describe, gguf_tensor_types, kv_cache_dtype
+from atom.model.loader import (
+    _own_storage,
+    default_model_path,
+    describe,
+    gguf_tensor_types,
+    kv_cache_dtype,
+)
 from tests.model.tiny import TINY, cpu_ops, tiny_model
 
 PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -120,3 +126,17 @@ def test_the_kv_cache_is_float16_by_default_only_where_layers_run_quantized() ->
     assert kv_cache_dtype("bfloat16", "float32", {}) == "bfloat16"
     with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8'"):
         kv_cache_dtype("fp8", "float32", {})
+
+
+def test_after_quantizing_no_kept_tensor_views_the_loaded_weights() -> None:
+    """transformers maps the weights file and its tensors view the mapping; one kept view
+    would keep the whole file resident (a 1B model: 4 GB) after its layers were replaced."""
+    model = own_forward(tiny_model(LlamaConfig), "atom")
+    loaded = [t.untyped_storage() for t in model.parameters()]  # held: no address reused
+    addresses = {storage.data_ptr() for storage in loaded}
+    quantize(model, "int4", "cpu", kernels=cpu_ops())
+    kept = [*model.parameters(), *model.buffers()]
+    assert any(t.untyped_storage().data_ptr() in addresses for t in kept)  # e.g. the embedding
+    _own_storage(model)
+    kept = [*model.parameters(), *model.buffers()]
+    assert kept and all(t.untyped_storage().data_ptr() not in addresses for t in kept)
