@@ -231,7 +231,8 @@ def _forward_model(
     say (`gguf_types`: what `auto` follows); with the form each layer kind took."""
     import torch
 
-    from atom.model.forward.llama_forward import own_forward
+    from atom.model.forward.blocks import embedding_from_head
+    from atom.model.forward.llama_forward import LlamaForward, own_forward
     from atom.model.forward.quantization import quantize
 
     loaded = load_model(
@@ -244,6 +245,8 @@ def _forward_model(
     model = own_forward(loaded.model, settings.model_impl, kernels=ops)
     forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=gguf_types)
     if forms:
+        if isinstance(model, LlamaForward):  # a tied Q8_0 table: one copy, the blocks
+            model.embed_tokens = embedding_from_head(model.embed_tokens, model.lm_head)
         _own_storage(model)
     return loaded, model, forms
 

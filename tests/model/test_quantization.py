@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from atom.model.forward.blocks import BlockLinear
+from atom.model.forward import q8
+from atom.model.forward.blocks import BlockEmbedding, BlockLinear, embedding_from_head
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
 from atom.model.loader import (
@@ -140,3 +141,23 @@ def test_after_quantizing_no_kept_tensor_views_the_loaded_weights() -> None:
     _own_storage(model)
     kept = [*model.parameters(), *model.buffers()]
     assert kept and all(t.untyped_storage().data_ptr() not in addresses for t in kept)
+
+
+def test_a_tied_q8_0_table_is_looked_up_in_the_output_blocks_with_the_same_values() -> None:
+    model = own_forward(tiny_model(LlamaConfig, vocab_size=304), "atom")
+    table = model.embed_tokens.weight
+    table.data = q8.quantize_blocks(table.data)[1]  # values a Q8_0 file holds
+    model.lm_head.weight = table  # tied, as the default model's
+    quantize(model, "int4", "cpu", kernels=cpu_ops())
+    lookup = embedding_from_head(model.embed_tokens, model.lm_head)
+    assert isinstance(lookup, BlockEmbedding) and lookup.blocks is model.lm_head.blocks
+    ids = torch.tensor([[0, 5, 17, 303], [16, 15, 31, 32]])
+    assert torch.equal(lookup(ids), table[ids])
+    # values no Q8_0 block gives back, or a table the blocks do not cover whole: kept
+    other = own_forward(tiny_model(LlamaConfig, vocab_size=304), "atom")
+    other.lm_head.weight = other.embed_tokens.weight
+    quantize(other, "int4", "cpu", kernels=cpu_ops())
+    assert embedding_from_head(other.embed_tokens, other.lm_head) is other.embed_tokens
+    ragged = own_forward(tiny_model(LlamaConfig), "atom")  # 300 tokens: a filled-up tile
+    quantize(ragged, "int4", "cpu", kernels=cpu_ops())
+    assert embedding_from_head(ragged.embed_tokens, ragged.lm_head) is ragged.embed_tokens

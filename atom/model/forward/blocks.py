@@ -95,3 +95,42 @@ class BlockLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"format={self.format.name}"
         )
+
+
+class BlockEmbedding(nn.Module):
+    """Token embeddings read from the Q8_0 tiles of a tied output projection: each row
+    dequantized on lookup (d · q, exact in float32), so no float32 copy of the table is
+    kept (a 1B model with SmolLM2's vocabulary: 400 MB against the blocks' 107 MB)."""
+
+    blocks: torch.Tensor
+
+    def __init__(self, head: BlockLinear) -> None:
+        super().__init__()
+        assert head.format is Q8_0
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+        self.register_buffer("blocks", head.get_buffer("blocks"))  # the very tensor
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        nb = self.embedding_dim // Q8_0.block
+        flat = ids.reshape(-1)
+        tiles = self.blocks.view(-1, nb, TILE_ROWS * (Q8_0.packed + 2))[flat // TILE_ROWS]
+        lane, rows = flat % TILE_ROWS, torch.arange(flat.numel(), device=ids.device)
+        packed = TILE_ROWS * Q8_0.packed
+        values = tiles[..., :packed].view(-1, nb, Q8_0.packed // 4, TILE_ROWS, 4)[rows, :, :, lane]
+        scales = tiles[..., packed:].view(-1, nb, TILE_ROWS, 2)[rows, :, lane].view(torch.float16)
+        weights = (values.to(torch.int16) - 128).float().view(-1, nb, Q8_0.packed)
+        out = weights * scales.float()
+        return out.view(*ids.shape, self.embedding_dim)
+
+
+def embedding_from_head(embedding: nn.Embedding, head: nn.Module) -> nn.Module:
+    """A `BlockEmbedding` over `head`'s Q8_0 tiles when they give back every value of
+    `embedding` exactly (a tied Q8_0 table, as the default model's); else `embedding`."""
+    if not isinstance(head, BlockLinear) or head.format is not Q8_0:
+        return embedding
+    if head.out_features != embedding.num_embeddings or not head.whole_tiles:
+        return embedding
+    lookup = BlockEmbedding(head)
+    ids = torch.arange(embedding.num_embeddings, device=embedding.weight.device)
+    exact = all(torch.equal(lookup(chunk), embedding.weight[chunk]) for chunk in ids.split(4096))
+    return lookup if exact else embedding
