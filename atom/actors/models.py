@@ -38,7 +38,6 @@ from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import parse_speculative_config
-from atom.model.speculation.proposer import make_proposer
 from atom.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 
@@ -355,7 +354,7 @@ class Models:
             max_model_len=runtime.max_model_len,
             by_priority=s.scheduling_policy == "priority",
             speculation=self._speculation,
-            proposer=make_proposer(self._speculation, runtime.draft) if self._speculation else None,
+            draft=runtime.draft,
         )
         return Batcher(
             runner,

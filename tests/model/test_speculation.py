@@ -21,7 +21,6 @@ from atom.model.runner import Runner, Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
-from atom.model.speculation.proposer import make_proposer
 from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, plan_step, torch_runner
 
 NGRAM = SpeculativeConfig(
@@ -84,7 +83,7 @@ def drive(
         eos_token_ids=runner.eos_token_ids,
         max_model_len=256,
         speculation=speculation,
-        proposer=make_proposer(speculation, draft) if speculation else None,
+        draft=draft,
     )
     run = Run()
     for i, prompt in enumerate(prompts):
@@ -224,7 +223,6 @@ def sampled_pairs(
     batch = 500
     for start in range(0, SAMPLES, batch):
         kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=BLOCK)
-        proposer = make_proposer(speculation, draft) if speculation else None
         scheduler = Scheduler(
             kv=kv,
             max_num_seqs=batch,
@@ -232,7 +230,7 @@ def sampled_pairs(
             eos_token_ids=frozenset(),
             max_model_len=256,
             speculation=speculation,
-            proposer=proposer,
+            draft=draft,
         )
         for i in range(start, start + batch):
             params = dataclasses.replace(SAMPLED, seed=seed_base + i)

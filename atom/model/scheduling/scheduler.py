@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, TokenLogprobs
-from atom.model.runner import Sampled, SeqChunk, StepPlan
+from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
@@ -96,15 +96,15 @@ class Scheduler:
         max_model_len: int,
         by_priority: bool = False,
         speculation: SpeculativeConfig | None = None,
-        proposer: Proposer | None = None,
+        draft: Runner | None = None,
     ) -> None:
-        """`proposer`: the one `speculation` names (made here when it needs no model)."""
+        """`draft`: the draft model's runner, for a draft_model `speculation`."""
         self.kv = kv
         self.by_priority = by_priority
         self.speculation = speculation
-        if speculation is not None and proposer is None:
-            proposer = make_proposer(speculation)
-        self.proposer = proposer
+        self.proposer: Proposer | None = (
+            None if speculation is None else make_proposer(speculation, draft)
+        )
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self._eos = eos_token_ids
