@@ -247,18 +247,21 @@ def _forward_model(
     if forms:
         if isinstance(model, LlamaForward):  # a tied Q8_0 table: one copy, the blocks
             model.embed_tokens = embedding_from_head(model.embed_tokens, model.lm_head)
-        _own_storage(model)
+        _own_storage(model, loaded.model)
     return loaded, model, forms
 
 
-def _own_storage(model: Any) -> None:
-    """Copy the float tensors `model` keeps (embeddings, norms, unquantized layers) out of
-    the weights file: transformers' loader maps the safetensors file and the tensors
-    view it, so one kept view (the embedding) held the whole mapped file resident after
-    quantization had replaced the layers — 4 GB of a 1B model's float32 copy (bench
-    big_model). Only after quantizing: served float32 weights are best left mapped."""
+def _own_storage(model: Any, source: Any) -> None:
+    """Copy the tensors `model` keeps from `source` (embeddings, norms, unquantized
+    layers) out of the weights file: transformers' loader maps the safetensors file and
+    the tensors view it, so one kept view (the embedding) held the whole mapped file
+    resident after quantization had replaced the layers — 4 GB of a 1B model's float32
+    copy (bench big_model). Only after quantizing: served float32 weights are best left
+    mapped; the blocks quantization made are the model's own already."""
+    loaded = {t.untyped_storage().data_ptr() for t in (*source.parameters(), *source.buffers())}
     for tensor in (*model.parameters(), *model.buffers()):
-        tensor.data = tensor.data.clone()
+        if tensor.untyped_storage().data_ptr() in loaded:
+            tensor.data = tensor.data.clone()
 
 
 def gguf_tensor_types(source: Path) -> dict[str, str] | None:

@@ -132,15 +132,19 @@ def test_the_kv_cache_is_float16_by_default_only_where_layers_run_quantized() ->
 def test_after_quantizing_no_kept_tensor_views_the_loaded_weights() -> None:
     """transformers maps the weights file and its tensors view the mapping; one kept view
     would keep the whole file resident (a 1B model: 4 GB) after its layers were replaced."""
-    model = own_forward(tiny_model(LlamaConfig), "atom")
-    loaded = [t.untyped_storage() for t in model.parameters()]  # held: no address reused
-    addresses = {storage.data_ptr() for storage in loaded}
+    source = tiny_model(LlamaConfig)
+    model = own_forward(source, "atom")
+    held = [t.untyped_storage() for t in source.parameters()]  # no address reused
+    addresses = {storage.data_ptr() for storage in held}
     quantize(model, "int4", "cpu", kernels=cpu_ops())
     kept = [*model.parameters(), *model.buffers()]
     assert any(t.untyped_storage().data_ptr() in addresses for t in kept)  # e.g. the embedding
-    _own_storage(model)
+    blocks = [m.blocks for m in model.modules() if isinstance(m, BlockLinear)]
+    _own_storage(model, source)
     kept = [*model.parameters(), *model.buffers()]
     assert kept and all(t.untyped_storage().data_ptr() not in addresses for t in kept)
+    after = [m.blocks for m in model.modules() if isinstance(m, BlockLinear)]
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(after, blocks, strict=True))
 
 
 def test_a_tied_q8_0_table_is_looked_up_in_the_output_blocks_with_the_same_values() -> None:
