@@ -20,34 +20,28 @@ import gguf  # type: ignore[import-untyped]
 import numpy as np
 import torch
 
-from atom.model.forward import int4, q8
+from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat
 from atom.model.loader import default_model_path
 
 SHAPE = {"hidden": 2048, "layers": 22, "ffn": 5632, "heads": 32, "kv_heads": 4}
 DEFAULT_OUT = "/tmp/atom-bench-1b.Q4_1.gguf"
 
 
-def gguf_blocks(blocks: torch.Tensor, numbers: tuple[int, ...], packed: int) -> np.ndarray:
+def gguf_blocks(blocks: torch.Tensor, fmt: BlockFormat) -> np.ndarray:
     """ATOM's rows of blocks (each per-block number of a row apart, then the packed
     weights) in GGUF's order: block by block, its numbers, then its weights."""
-    rows, width = blocks.shape
-    nb = width // (sum(numbers) + packed)
-    parts, at = [], 0
-    for size in (*numbers, packed):
-        parts.append(blocks[:, at : at + size * nb].reshape(rows, nb, size))
-        at += size * nb
-    return torch.cat(parts, dim=2).reshape(rows, width).numpy()
+    return torch.cat(fmt.parts(blocks), dim=2).reshape(blocks.shape).numpy()
 
 
 def q4_1(weight: torch.Tensor) -> np.ndarray:
-    return gguf_blocks(int4.quantize_blocks(weight)[0], (2, 2), 16)
+    return gguf_blocks(Q4_1.quantize(weight)[0], Q4_1)
 
 
 def q8_0(weight: torch.Tensor) -> np.ndarray:
-    blocks = q8.quantize_blocks(weight)[0].clone()
-    nb = weight.shape[1] // 32
-    blocks[:, 2 * nb :] ^= 0x80  # ATOM stores values + 128; GGUF as int8
-    return gguf_blocks(blocks, (2,), 32)
+    blocks = Q8_0.quantize(weight)[0]
+    *_, values = Q8_0.parts(blocks)
+    values ^= 0x80  # ATOM stores values + 128; GGUF as int8
+    return gguf_blocks(blocks, Q8_0)
 
 
 def copy_tokenizer(writer: Any, source: Path) -> None:

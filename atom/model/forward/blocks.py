@@ -40,6 +40,18 @@ class BlockFormat:
         fill the last tile (their outputs are 0)."""
         return tiled(self.quantize(padded(weight))[0], self)
 
+    def parts(self, blocks: torch.Tensor) -> list[torch.Tensor]:
+        """Rows of blocks [N, K / 32 * bytes] as `quantize` stores them (each per-block
+        number of a row apart, then the packed weights) taken apart: one [N, K / 32,
+        bytes] view per number, then the packed weights'."""
+        rows, width = blocks.shape
+        nb = width // (sum(self.numbers) + self.packed)
+        out, at = [], 0
+        for size in (*self.numbers, self.packed):
+            out.append(blocks[:, at : at + size * nb].view(rows, nb, size))
+            at += size * nb
+        return out
+
 
 def padded(rows: torch.Tensor) -> torch.Tensor:
     """`rows` (weights [N, K] or a bias [N]) with zeros up to a whole number of tiles."""
@@ -51,15 +63,17 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     """Rows of blocks in GGUF's order [N, K / 32 * bytes] as tiles (the module
     docstring): the same shape and bytes, moved."""
     rows, width = blocks.shape
-    tiles, nb = rows // TILE_ROWS, width // (sum(fmt.numbers) + fmt.packed)
-    numbers, at = [], 0
-    for size in fmt.numbers:
-        part = blocks[:, at : at + size * nb].reshape(tiles, TILE_ROWS, nb, size)
-        numbers.append(part.transpose(1, 2).reshape(tiles, nb, -1))
-        at += size * nb
-    weights = blocks[:, at:].reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4)
-    grouped = weights.permute(0, 2, 3, 1, 4).reshape(tiles, nb, -1)
-    return torch.cat((grouped, *numbers), dim=2).reshape(rows, width).contiguous()
+    *per_block, weights = fmt.parts(blocks)
+    tiles, nb = rows // TILE_ROWS, weights.shape[1]
+    numbers = [
+        n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1) for n in per_block
+    ]
+    grouped = weights.reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4).permute(0, 2, 3, 1, 4)
+    return (
+        torch.cat((grouped.reshape(tiles, nb, -1), *numbers), dim=2)
+        .reshape(rows, width)
+        .contiguous()
+    )
 
 
 Q4_1 = BlockFormat("Q4_1", int4.quantize_blocks, "int4_linear", ProjectionKind.INT4, (2, 2), 16)
