@@ -125,13 +125,14 @@ class BlockEmbedding(nn.Module):
         self.register_buffer("blocks", head.get_buffer("blocks"))  # the very tensor
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        nb = self.embedding_dim // Q8_0.block
+        nb, scale_bytes = self.embedding_dim // Q8_0.block, sum(Q8_0.numbers)
         flat = ids.reshape(-1)
-        tiles = self.blocks.view(-1, nb, TILE_ROWS * (Q8_0.packed + 2))[flat // TILE_ROWS]
+        tiles = self.blocks.view(-1, nb, TILE_ROWS * (Q8_0.packed + scale_bytes))[flat // TILE_ROWS]
         lane, rows = flat % TILE_ROWS, torch.arange(flat.numel(), device=ids.device)
         packed = TILE_ROWS * Q8_0.packed
         values = tiles[..., :packed].view(-1, nb, Q8_0.packed // 4, TILE_ROWS, 4)[rows, :, :, lane]
-        scales = tiles[..., packed:].view(-1, nb, TILE_ROWS, 2)[rows, :, lane].view(torch.float16)
+        scales = tiles[..., packed:].view(-1, nb, TILE_ROWS, scale_bytes)[rows, :, lane]
+        scales = scales.view(torch.float16)
         weights = (values.to(torch.int16) - 128).float().view(-1, nb, Q8_0.packed)
         out = weights * scales.float()
         return out.view(*ids.shape, self.embedding_dim)
