@@ -79,6 +79,7 @@ class Submit(RequestEvent):
     cache_salt: str | None = None
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
     priority: int = 0  # lower is admitted first and preempted last (policy "priority")
+    lora: str | None = None  # the LoRA adapter that answers (None: the base model)
 
     @property
     def prompts(self) -> tuple[tuple[int, ...], ...]:

@@ -13,9 +13,13 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from atom.events import SamplingParams
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
+
+if TYPE_CHECKING:
+    from atom.model.lora.adapter import LoraAdapter
 
 Script = Callable[[tuple[int, ...], SamplingParams, int], Sequence[int]]
 
@@ -51,6 +55,7 @@ class FakeRunner:
     is_asleep_at: int = 0  # the sleep level, 0 while awake
     _seqs: dict[str, _FakeSeq] = field(default_factory=dict)
     _slots: dict[int, int] = field(default_factory=dict)
+    loras: set[str] = field(default_factory=set)  # the adapters added (a fake has no weights)
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -61,6 +66,8 @@ class FakeRunner:
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         self.num_steps += 1
+        unknown = {c.lora for c in plan.chunks if c.lora is not None} - self.loras
+        assert not unknown, f"a step with adapters never added: {unknown}"
         for chunk in plan.chunks:  # write every chunk first: one forward sees them all
             for offset, token in enumerate(chunk.token_ids):
                 self._slots[self._slot(chunk, chunk.start_pos + offset)] = token
@@ -97,6 +104,12 @@ class FakeRunner:
 
     def release(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        self.loras.add(adapter.name)
+
+    def remove_lora(self, name: str) -> None:
+        self.loras.discard(name)
 
     def replace_weights(self, weights: Script) -> None:
         """Fake weights are a script: later tokens of every sequence come from it."""

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from atom.events import SamplingParams, TokenLogprobs
+
+if TYPE_CHECKING:
+    from atom.model.lora.adapter import LoraAdapter
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +53,7 @@ class SeqChunk:
     num_prompt_tokens: int = 0
     prompt_ids: tuple[int, ...] = ()  # filled only when params.needs_history
     output_ids: tuple[int, ...] = ()  # likewise
+    lora: str | None = None  # the LoRA adapter the sequence runs with (None: the base model)
 
     @property
     def draft_ids(self) -> tuple[int, ...]:
@@ -95,6 +99,15 @@ class Runner(Protocol):
         """How many sequences hold state (0 once everything is released)."""
         ...
 
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        """Chunks naming `adapter.name` run with it from the next step on (a new adapter
+        of a name replaces the old)."""
+        ...
+
+    def remove_lora(self, name: str) -> None:
+        """Forget an adapter no sequence runs with; unknown names are ignored."""
+        ...
+
     def replace_weights(self, weights: Any) -> None:
         """Serve from `weights` (what `Runtime.load_weights` made) from the next step on;
         the KV cache is kept, so running sequences continue."""
@@ -123,3 +136,6 @@ class Runtime:
     # (ValueError when they do not fit the model). Called in a worker thread.
     load_weights: Callable[[str], Any] | None = None
     draft: Runner | None = None  # the draft model speculative decoding runs (its own cache)
+    # A PEFT LoRA folder read for this model, as (name, path) → LoraAdapter (ValueError
+    # when it does not fit); None when the model's forward cannot apply adapters.
+    read_lora: Callable[[str, str], LoraAdapter] | None = None

@@ -18,6 +18,8 @@ from atom.model.forward.attention import (
     PrefillSlice,
     StepMeta,
 )
+from atom.model.lora.adapter import LoraAdapter
+from atom.model.lora.mixing import LoraSlots
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
@@ -51,6 +53,7 @@ class TorchRunner:
         tokenizer: Any = None,
         decode_kernel: DecodeKernel | None = None,
         kv_dtype: torch.dtype | None = None,
+        max_loras: int = 1,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
@@ -78,6 +81,7 @@ class TorchRunner:
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
+        self.loras = LoraSlots(max_loras, self._device)
 
     def _allocate_kv_cache(self) -> None:
         self.kv_cache: torch.Tensor | None = torch.zeros(
@@ -85,6 +89,12 @@ class TorchRunner:
         )
         # Views made once: indexing the cache per layer and step costs ~4 µs a layer.
         self._layer_caches = tuple((layer[0], layer[1]) for layer in self.kv_cache)
+
+    def add_lora(self, adapter: LoraAdapter) -> None:
+        self.loras.add(adapter)
+
+    def remove_lora(self, name: str) -> None:
+        self.loras.remove(name)
 
     def replace_weights(self, weights: Any) -> None:
         weights.set_attn_implementation(ATTN_IMPLEMENTATION)
@@ -219,10 +229,13 @@ class TorchRunner:
         write: list[int] = []
         prefills: list[PrefillSlice] = []
         decodes: list[tuple[int, SeqChunk, int]] = []  # query row, chunk, tokens it sees
+        lora_rows: dict[str, list[int]] = {}
         for chunk in chunks:
             end = chunk.start_pos + len(chunk.token_ids)
             write.extend(slot_of(chunk.block_ids, p, bs) for p in range(chunk.start_pos, end))
             q_start = len(write) - len(chunk.token_ids)
+            if chunk.lora is not None:
+                lora_rows.setdefault(chunk.lora, []).extend(range(q_start, len(write)))
             if len(chunk.token_ids) == 1 + chunk.num_draft_tokens:
                 # One new token, and each draft after it, attends as a one-token step
                 # would (the same kernel and arithmetic), over the positions before it.
@@ -246,6 +259,7 @@ class TorchRunner:
             write_slots=torch.tensor(write, device=dev),
             prefills=tuple(prefills),
             decode=self._decode_group(decodes) if decodes else None,
+            lora=self.loras.step(lora_rows, len(write)),
         )
 
     def _decode_group(self, decodes: list[tuple[int, SeqChunk, int]]) -> DecodeGroup:

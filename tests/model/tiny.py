@@ -122,9 +122,12 @@ def run_all(
     prefix: bool = True,
     params: SamplingParams = GREEDY,
     speculation: SpeculativeConfig | None = None,
+    loras: list[str | None] | None = None,
+    max_loras: int = 4,
 ) -> tuple[list[list[int]], int]:
-    """Drive the runner through the Scheduler until every prompt has its output;
-    returns the outputs and the number of preemptions."""
+    """Drive the runner through the Scheduler until every prompt has its output (prompt
+    i with adapter `loras[i]`, when given); returns the outputs and the number of
+    preemptions."""
     kv = KVCacheManager(
         num_blocks=runner.num_blocks, block_size=BLOCK, enable_prefix_caching=prefix
     )
@@ -135,9 +138,11 @@ def run_all(
         eos_token_ids=runner.eos_token_ids,
         max_model_len=256,
         speculation=speculation,
+        max_loras=max_loras,
     )
     for i, prompt in enumerate(prompts):
-        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params))
+        lora = loras[i] if loras else None
+        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params, lora=lora))
     outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     num_preemptions = 0
     while scheduler.num_seqs:

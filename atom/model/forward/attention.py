@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+
+if TYPE_CHECKING:
+    from atom.model.lora.mixing import LoraStep
 
 ATTN_IMPLEMENTATION = "atom_paged"
 DecodeKernel = Callable[
@@ -125,6 +128,7 @@ class StepMeta:
     write_slots: torch.Tensor  # [num_tokens]
     prefills: tuple[PrefillSlice, ...]
     decode: DecodeGroup | None
+    lora: LoraStep | None = None  # the step's adapters and their rows (docs/lora.md)
 
     def layer_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim], in the

@@ -30,6 +30,7 @@ from atom.model.forward.attention import (
     attend_written,
 )
 from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack
+from atom.model.lora.mixing import LoraStep
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 IMPLEMENTATIONS = ("auto", "atom", "transformers")
@@ -106,8 +107,10 @@ class LlamaLayer(nn.Module):
         """Adds the previous layer's `delta` into the residual stream x [tokens, hidden]
         in place, and returns this layer's own delta (its MLP output)."""
         ops, tokens, heads = self.ops, x.shape[0], self.num_heads
+        lora = step_meta.lora
         norm = self.input_layernorm
-        qkv = self.qkv_proj(ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon))
+        h = ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon)
+        qkv = self._project(self.qkv_proj, "qkv", h, lora)
         k_cache, v_cache = step_meta.layer_cache(self.layer_idx)
         ops.rope_write(
             qkv, cos, sin, k_cache, v_cache, step_meta.write_slots, heads, self.num_kv_heads
@@ -115,10 +118,20 @@ class LlamaLayer(nn.Module):
         q = qkv.view(tokens, -1, self.head_dim)[:, :heads]
         out = attend_written(q, k_cache, v_cache, step_meta, self.scoring)
         norm = self.post_attention_layernorm
-        h = ops.add_rms_norm(
-            x, self.o_proj(out.reshape(tokens, -1)), norm.weight, norm.variance_epsilon
-        )
-        return self.down_proj(ops.silu_mul(self.gate_up_proj(h)))  # type: ignore[no-any-return]
+        attended = self._project(self.o_proj, "o", out.reshape(tokens, -1), lora)
+        h = ops.add_rms_norm(x, attended, norm.weight, norm.variance_epsilon)
+        gate_up = self._project(self.gate_up_proj, "gate_up", h, lora)
+        return self._project(self.down_proj, "down", ops.silu_mul(gate_up), lora)
+
+    def _project(
+        self, module: nn.Module, name: str, x: torch.Tensor, lora: LoraStep | None
+    ) -> torch.Tensor:
+        """One of the layer's projections, with the step's adapters' deltas added to
+        their rows (atom/model/lora/mixing.py)."""
+        out: torch.Tensor = module(x)
+        if lora is not None:
+            lora.add(out, x, self.layer_idx, name)
+        return out
 
 
 class LlamaForward(nn.Module):
@@ -144,7 +157,7 @@ class LlamaForward(nn.Module):
     def _decode_stack(self, meta: StepMeta, num_tokens: int) -> DecodeStack | None:
         """The one-call path for this step, when it is a kernel decode of few rows. Built
         at the first such step, after `--quantization` has swapped the projections."""
-        if not self.use_decode_stack or meta.prefills:
+        if not self.use_decode_stack or meta.prefills or meta.lora is not None:
             return None
         if not isinstance(meta.decode, KernelDecode):
             return None

@@ -2,7 +2,7 @@
 
 Pure bookkeeping (no torch): the runner owns the tensors, this owns which block
 holds what. A full block is keyed by a hash chain over its tokens (the first
-link also covers the request's cache salt), so a new sequence reuses the
+link also covers the request's cache salt and LoRA adapter), so a new sequence reuses the
 longest chain already cached. Freed blocks keep their hash and stay reusable
 until the free list hands them out again, least recently freed first.
 
@@ -16,7 +16,7 @@ in `_cached` maps to a block whose `hash` is that key.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 
@@ -27,7 +27,7 @@ class Block:
     hash: int | None = None
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, salt: str | None) -> list[int]:
+def block_hashes(token_ids: Sequence[int], block_size: int, salt: Hashable) -> list[int]:
     """The hash chain of every full block of `token_ids`."""
     hashes: list[int] = []
     parent: int | object = ("atom-kv", salt)
@@ -93,7 +93,7 @@ class KVCacheManager:
         self._stale.update(self._tables)
         return forgotten
 
-    def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: str | None) -> int:
+    def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: Hashable) -> int:
         """Start `seq_id`'s table with the longest cached prefix; returns the cached token count.
 
         At least one token is always left to compute, so the step that finishes the
@@ -129,7 +129,7 @@ class KVCacheManager:
             table.append(block_id)
         return True
 
-    def commit(self, seq_id: str, token_ids: Sequence[int], num_computed: int, salt: str | None):
+    def commit(self, seq_id: str, token_ids: Sequence[int], num_computed: int, salt: Hashable):
         """Register the blocks that `num_computed` tokens filled, for later prefix hits."""
         if not self.enable_prefix_caching or seq_id in self._stale:
             return

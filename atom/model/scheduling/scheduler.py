@@ -44,10 +44,17 @@ class Sequence:
     has_blocks: bool = False
     priority: int = 0  # with by_priority, lower is served first and preempted last
     num_draft_tokens: int | None = None  # how many to propose next: follows acceptance
+    lora: str | None = None  # the LoRA adapter it runs with (None: the base model)
 
     @property
     def num_output(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def prefix_salt(self) -> tuple[str | None, str | None]:
+        """What keeps its cached prefixes apart from others': the adapter (a hit never
+        crosses adapters) and the request's cache salt."""
+        return self.lora, self.cache_salt
 
     @property
     def is_decoding(self) -> bool:
@@ -97,9 +104,12 @@ class Scheduler:
         by_priority: bool = False,
         speculation: SpeculativeConfig | None = None,
         draft: Runner | None = None,
+        max_loras: int = 1,
     ) -> None:
-        """`draft`: the draft model's runner, for a draft_model `speculation`."""
+        """`draft`: the draft model's runner, for a draft_model `speculation`;
+        `max_loras`: adapters the running sequences may use at once (--max-loras)."""
         self.kv = kv
+        self.max_loras = max_loras
         self.by_priority = by_priority
         self.speculation = speculation
         self.proposer: Proposer | None = (
@@ -134,6 +144,7 @@ class Scheduler:
                 token_ids=list(prompt),
                 num_prompt_tokens=len(prompt),
                 priority=submit.priority,
+                lora=submit.lora,
             )
             for p_idx, prompt in enumerate(submit.prompts)
             for j in range(n)
@@ -181,16 +192,21 @@ class Scheduler:
         chunks = self._with_drafts(self._schedule_decodes(), drafts or {})
         planned = {c.seq_id for c in chunks}
         budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
+        loras = self.running_loras()
         for seq in self._in_order():
             if budget <= 0:
                 break
             if seq.seq_id in planned or self._waits_for_sibling(seq):
                 continue
+            if not seq.has_blocks and not _lora_fits(seq.lora, loras, self.max_loras):
+                continue  # waits until a running adapter's sequences finish
             chunk = self._prefill_chunk(seq, budget, planned)
             if chunk is None:
                 break  # out of blocks: later prefills wait for the next step
             chunks.append(chunk)
             planned.add(seq.seq_id)
+            if seq.lora is not None:
+                loras.add(seq.lora)
             budget -= len(chunk.token_ids)
         return StepPlan(chunks=tuple(chunks))
 
@@ -241,7 +257,7 @@ class Scheduler:
         wants_prompt = seq.params.prompt_logprobs is not None
         if not seq.has_blocks:
             # Prompt logprobs need logits at every prompt position: no prefix hit.
-            salt = f"prompt-logprobs:{seq.seq_id}" if wants_prompt else seq.cache_salt
+            salt = (None, f"prompt-logprobs:{seq.seq_id}") if wants_prompt else seq.prefix_salt
             num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt)
             seq.has_blocks, seq.num_computed = True, num_cached
             if seq.num_cached_tokens is None:
@@ -298,7 +314,16 @@ class Scheduler:
             num_prompt_tokens=seq.num_prompt_tokens,
             prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
             output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
+            lora=seq.lora,
         )
+
+    def running_loras(self) -> set[str]:
+        """The adapters of the sequences that hold blocks (running, maybe mid-prompt)."""
+        return {s.lora for s in self._seqs.values() if s.has_blocks and s.lora is not None}
+
+    def waiting_loras(self) -> set[str]:
+        """The adapters of the sequences admitted but not yet given blocks."""
+        return {s.lora for s in self._seqs.values() if not s.has_blocks and s.lora is not None}
 
     # --- results -------------------------------------------------------------------
 
@@ -311,7 +336,7 @@ class Scheduler:
                 continue
             if not chunk.needs_sample:
                 seq.num_computed = chunk.start_pos + len(chunk.token_ids)
-                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt)
                 continue
             tokens = sampled[chunk.seq_id]
             output = self._append(seq, tokens, chunk.num_draft_tokens)
@@ -320,7 +345,7 @@ class Scheduler:
             computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
             seq.num_computed = min(computed + len(tokens) - 1, len(seq.token_ids) - 1)
             self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
-            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.cache_salt)
+            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt)
             if output.finish_reason is not None:  # its blocks stay cached for later hits
                 self.remove(seq.seq_id)
             outputs.append(output)
@@ -357,3 +382,8 @@ class Scheduler:
         if seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self._max_model_len:
             return FinishReason.LENGTH
         return None
+
+
+def _lora_fits(lora: str | None, running: set[str], max_loras: int) -> bool:
+    """Whether a sequence of adapter `lora` may start beside the `running` adapters."""
+    return lora is None or lora in running or len(running) < max_loras
