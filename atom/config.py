@@ -26,6 +26,10 @@ class Settings:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     speculative_config: str | None = None  # a JSON object, as vLLM's
+    enable_lora: bool = False  # serve LoRA adapters (docs/lora.md)
+    lora_modules: tuple[str, ...] = ()  # name=path, or vLLM's JSON object form
+    max_loras: int = 1  # adapters one step may mix (vLLM's default)
+    max_lora_rank: int = 16  # the largest rank an adapter may have (vLLM's default)
     quantization: str = "auto"
     kv_cache_dtype: str = "auto"  # or float32, float16, bfloat16
     cpu_kernels: str = "auto"
@@ -112,6 +116,11 @@ HELP = {
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
     "speculative_config": "speculative decoding, vLLM's JSON: "
     '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}',
+    "enable_lora": "serve LoRA adapters (--lora-modules, POST /v1/load_lora_adapter)",
+    "lora_modules": "a LoRA adapter to serve: name=path or "
+    '{"name": ..., "path": ..., "base_model_name": ...}; repeatable',
+    "max_loras": "LoRA adapters one step may mix (requests of others wait)",
+    "max_lora_rank": "the largest LoRA rank accepted",
     "quantization": "CPU weights: auto (a GGUF's quantized tensors on integer kernels in "
     "their own block format), off (float32), int8 or int4",
     "kv_cache_dtype": "KV cache element type: auto (float16 when layers run quantized, "
@@ -179,12 +188,16 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
 
 
 def parse_list(raw: str, name: str) -> tuple[str, ...]:
-    """vLLM's JSON form (`'["a", "b"]'`) or a plain comma-separated list."""
-    if raw.lstrip().startswith("["):
+    """vLLM's JSON form (`'["a", "b"]'`) or a plain comma-separated list. A JSON object
+    (`--lora-modules '{"name": ...}'`), alone or in the list, is one entry, kept as JSON."""
+    text = raw.lstrip()
+    if text.startswith("{"):
+        return (raw,)
+    if text.startswith("["):
         value = json.loads(raw)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, str | dict) for v in value):
             raise ValueError(f"{name}: expected a JSON list of strings, got {raw!r}")
-        return tuple(value)
+        return tuple(v if isinstance(v, str) else json.dumps(v) for v in value)
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 

@@ -74,3 +74,26 @@ class EngineIdle(Event):
 
     model: str = ""
     kv_cache_usage: float
+
+
+@_tagged("lora_loaded")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraLoaded(Event):
+    """A LoRA adapter is served on `model` under the name `lora` (a request naming it
+    runs with it; its RequestReceived carries that name). Replaced, when it had that
+    name already (load_inplace); then every cached prefix was forgotten."""
+
+    model: str = ""
+    lora: str
+    path: str
+    rank: int
+
+
+@_tagged("lora_unloaded")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraUnloaded(Event):
+    """The adapter `lora` is no longer served on `model`; every cached prefix was
+    forgotten (a later adapter of the same name must not reuse its blocks)."""
+
+    model: str = ""
+    lora: str

@@ -14,6 +14,8 @@ from typing import Any
 
 from atom.engine_events import EngineIdle as EngineIdle
 from atom.engine_events import EngineStepped as EngineStepped
+from atom.engine_events import LoraLoaded as LoraLoaded
+from atom.engine_events import LoraUnloaded as LoraUnloaded
 from atom.engine_events import ModelSlept as ModelSlept
 from atom.engine_events import ModelWoke as ModelWoke
 from atom.engine_events import PrefixCacheReset as PrefixCacheReset

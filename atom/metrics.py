@@ -14,6 +14,8 @@ from atom.events import (
     EngineStepped,
     Envelope,
     Event,
+    LoraLoaded,
+    LoraUnloaded,
     PoolingFinished,
     PoolingRequested,
     RequestAborted,
@@ -82,14 +84,19 @@ class ModelMetrics:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.accepted_per_pos = Counter[int]()  # draft position → times accepted
+        self.lora_running = Counter[str]()  # LoRA adapter → its requests in the batch
+        self.lora_waiting = Counter[str]()  # LoRA adapter → its requests queued
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self._requests: dict[str, RequestUsage] = {}  # until the request ends
         self._pooling: dict[str, float] = {}  # a running pooling request's arrival time
 
-    def apply(self, envelope: Envelope) -> None:
+    def apply(self, envelope: Envelope, lora: str | None = None) -> None:
+        """Fold one event; `lora`: the adapter the request's event is of."""
         event = envelope.event
+        if lora is not None:
+            self._count_lora(event, lora)
         if isinstance(event, EngineStepped):
             self._on_step(event)
         elif isinstance(event, EngineIdle):
@@ -155,6 +162,16 @@ class ModelMetrics:
         if isinstance(event, RequestCompleted | RequestFailed | RequestAborted):
             self._requests.pop(rid, None)
 
+    def _count_lora(self, event: Event, lora: str) -> None:
+        """vLLM's lora_requests_info: which adapters have requests waiting and running."""
+        if isinstance(event, RequestAccepted):
+            self.lora_waiting[lora] += 1
+        elif isinstance(event, RequestScheduled):
+            self.lora_waiting[lora] -= 1
+            self.lora_running[lora] += 1
+        elif isinstance(event, RequestReleased):
+            (self.lora_running if event.was_scheduled else self.lora_waiting)[lora] -= 1
+
     def _on_drafts(self, drafts: DraftsVerified) -> None:
         self.num_drafts += 1
         self.num_draft_tokens += drafts.num_draft_tokens
@@ -185,6 +202,7 @@ class Metrics:
     def __init__(self) -> None:
         self.models: dict[str, ModelMetrics] = {}
         self._routes: dict[str, _Route] = {}  # by request id, while its events may come
+        self._bases: dict[str, str] = {}  # a served LoRA adapter → its base model
 
     def model(self, name: str) -> ModelMetrics:
         return self.models.setdefault(name, ModelMetrics())
@@ -194,19 +212,35 @@ class Metrics:
         if isinstance(event, EngineStepped | EngineIdle):
             self.model(event.model).apply(envelope)
             return
+        if isinstance(event, LoraLoaded | LoraUnloaded):
+            self._bases.pop(event.lora, None)
+            if isinstance(event, LoraLoaded):
+                self._bases[event.lora] = event.model
+            return
         if not isinstance(event, RequestEvent):
             return
         if isinstance(event, RequestReceived | PoolingRequested):
-            self._routes[event.request_id] = _Route(event.model)
+            # A request to an adapter counts for its base model (as vLLM's model_name).
+            base = self._bases.get(event.model)
+            lora = None if base is None else event.model
+            self._routes[event.request_id] = _Route(base or event.model, lora=lora)
         route = self._routes.get(event.request_id)
         if route is None:
             return
-        self.model(route.model).apply(envelope)
+        self.model(route.model).apply(envelope, route.lora)
         if route.follow(event):
             del self._routes[event.request_id]
 
-    def render(self, names: list[str], *, request_log_failures: int | None = None) -> str:
-        """Every metric family once, a sample per model (`model_name`, as vLLM labels)."""
+    def render(
+        self,
+        names: list[str],
+        *,
+        request_log_failures: int | None = None,
+        max_loras: int | None = None,
+        now: float = 0.0,
+    ) -> str:
+        """Every metric family once, a sample per model (`model_name`, as vLLM labels);
+        with `max_loras` (--enable-lora), vLLM's lora_requests_info at time `now`."""
         folds = [(f'model_name="{name}"', self.model(name)) for name in names]
         lines: list[str] = []
         for family, kind, value in _FAMILIES:
@@ -231,6 +265,8 @@ class Metrics:
                     f"atom:spec_decode_num_accepted_tokens_per_pos_total"
                     f'{{{labels},position="{pos}"}} {m.accepted_per_pos[pos]}'
                 )
+        if max_loras is not None:
+            lines.extend(_lora_info(folds, max_loras, now))
         if request_log_failures is not None:
             lines.extend(_head("request_log_failures_total", "counter"))
             lines.append(f"atom:request_log_failures_total {request_log_failures}")
@@ -244,6 +280,7 @@ class _Route:
     in either order."""
 
     model: str
+    lora: str | None = None  # the adapter the request named
     is_accepted: bool = False
     is_released: bool = False
     has_ended: bool = False
@@ -292,8 +329,23 @@ _HELP = {
     "time_to_first_token_seconds": "Seconds from receiving a request to its first token.",
     "inter_token_latency_seconds": "Seconds between consecutive tokens of a choice.",
     "e2e_request_latency_seconds": "Seconds from receiving a request to its last byte.",
+    "lora_requests_info": "LoRA adapters with running and waiting requests (labels).",
     "request_log_failures_total": "Request-log records that could not be written.",
 }
+
+
+def _lora_info(folds: list[tuple[str, ModelMetrics]], max_loras: int, now: float) -> list[str]:
+    """vLLM's gauge: the adapters with running and waiting requests, in labels; the
+    value is when it was read (Unix seconds)."""
+    lines = _head("lora_requests_info", "gauge")
+    for labels, m in folds:
+        running = ",".join(sorted(a for a, n in m.lora_running.items() if n > 0))
+        waiting = ",".join(sorted(a for a, n in m.lora_waiting.items() if n > 0))
+        lines.append(
+            f'atom:lora_requests_info{{{labels},max_lora="{max_loras}",'
+            f'running_lora_adapters="{running}",waiting_lora_adapters="{waiting}"}} {now!r}'
+        )
+    return lines
 
 
 def _head(name: str, kind: str) -> list[str]:

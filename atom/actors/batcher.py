@@ -7,48 +7,51 @@ boundaries (continuous batching). The submit queue is bounded: when it is full
 `submit_nowait` raises Overloaded and the client gets a 429; a request that waits in it
 longer than `max_queue_wait_s` is failed with QueueTimeout (a 503).
 
-Between two steps it also changes the model's state for the admin routes: new weights
-(`replace_weights`), `sleep` (once nothing runs) and `wake_up`; each is a job the loop
-runs at the step boundary, so a step never sees a half-changed runner.
+Between two steps it also changes the model's state for the admin routes: new weights,
+LoRA adapters, sleep and wake-up (atom/actors/batcher_state.py); each is a job the
+loop runs at the step boundary, so a step never sees a half-changed runner.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
 
 import outcome
 import trio
 
 from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJob, Queued
+from atom.actors.batcher_state import ModelState
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
-from atom.errors import AtomError, EngineFailed, ModelAsleep, Overloaded, QueueTimeout
+from atom.errors import (
+    AtomError,
+    EngineFailed,
+    ModelNotFound,
+    Overloaded,
+    QueueTimeout,
+)
 from atom.events import (
     Abort,
     EngineIdle,
     EngineStepped,
     Envelope,
     Event,
-    ModelSlept,
-    ModelWoke,
     PrefixCacheReset,
     PromptChunkComputed,
     RequestReleased,
     RequestScheduled,
     Submit,
     TokensSampled,
-    WeightsUpdated,
 )
 from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
-class Batcher:
+class Batcher(ModelState):
     def __init__(
         self,
         runner: Runner,
@@ -78,6 +81,7 @@ class Batcher:
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
         self._jobs: list[BoundaryJob] = []  # model-state changes waiting for the step boundary
+        self.loras: set[str] = set()  # the LoRA adapters the runner holds (docs/lora.md)
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
         self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
@@ -92,6 +96,8 @@ class Batcher:
             raise EngineFailed("the engine is not running")
         if self.sleep_level and self._reject_while_asleep:
             raise self._asleep()
+        if submit.lora is not None and submit.lora not in self.loras:
+            raise ModelNotFound(f"the adapter `{submit.lora}` is no longer served", param="model")
         if len(self._queue) >= self._max_queued:
             raise Overloaded("the server is overloaded; retry later")
         self._queue.append(Queued(submit, outbox, trio.current_time()))
@@ -101,84 +107,6 @@ class Batcher:
         """Forget the cached prefixes at the next step boundary (PrefixCacheReset)."""
         self._is_reset_asked = True
         self._wake.set()
-
-    # --- model state (the admin routes), applied between steps ------------------------
-
-    async def replace_weights(self, weights: Any, *, source: str, version: str | None) -> int:
-        """The runner takes `weights` between two steps and every cached prefix is
-        forgotten; running requests continue on them. Returns how many were running."""
-        paused: list[int] = []
-
-        async def swap() -> None:
-            await self._device.run_sync(self._runner.replace_weights, weights)
-            paused.append(len(self._running))
-            num_blocks = self._scheduler.kv.flush_prefix_cache()
-            updated = WeightsUpdated(
-                model=self._model,
-                source=source,
-                weight_version=version,
-                num_paused_requests=paused[0],
-                num_blocks=num_blocks,
-            )
-            self._publish(updated)
-
-        await self._at_boundary(swap)
-        return paused[0]
-
-    async def sleep(self, level: int) -> None:
-        """Admit nothing more (queued requests fail with ModelAsleep unless they may
-        wait), let the running ones finish, then free the KV cache and, at level 2, the
-        weights. Returns once asleep, or once woken again if that came first."""
-        if self.sleep_level:
-            return
-        self.sleep_level = level
-        if self._reject_while_asleep:
-            while self._queue:
-                self._refuse(self._queue.popleft(), self._asleep())
-
-        async def fall_asleep() -> None:
-            if self.sleep_level:  # no wake-up came first
-                await self._device.run_sync(self._runner.sleep, level)
-                self._scheduler.kv.flush_prefix_cache()  # the cache itself is gone
-                self.is_asleep = True
-                self._publish(ModelSlept(model=self._model, level=level))
-
-        await self._at_boundary(fall_asleep, when_idle=True)
-
-    async def wake_up(self, weights: Any | None = None, *, source: str | None = None) -> None:
-        """Undo `sleep` (`weights`, read from `source`, after a level-2 sleep): the KV
-        cache comes back and queued requests are admitted again."""
-
-        async def wake() -> None:
-            if self.is_asleep:
-                await self._device.run_sync(self._runner.wake_up, weights)
-                self._publish(ModelWoke(model=self._model, source=source))
-            self.sleep_level, self.is_asleep = 0, False
-
-        if self.sleep_level:
-            await self._at_boundary(wake)
-
-    def _asleep(self) -> ModelAsleep:
-        return ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
-
-    async def _at_boundary(
-        self, run: Callable[[], Awaitable[None]], when_idle: bool = False
-    ) -> None:
-        if self._is_closed:
-            raise EngineFailed("the engine is not running")
-        job = BoundaryJob(run, when_idle)
-        self._jobs.append(job)
-        self._wake.set()
-        with trio.CancelScope(shield=True):  # asked is done: the caller leaving stops nothing
-            await job.done.wait()
-        job.result[0].unwrap()
-
-    async def _run_jobs(self) -> None:
-        for job in list(self._jobs):
-            if not (job.when_idle and self._running):
-                self._jobs.remove(job)
-                job.result.append(await outcome.acapture(job.run))
-                job.done.set()
 
     def abort_nowait(self, abort: Abort) -> None:
         """Drop a request (or one choice) at the next step boundary. Never fails."""
@@ -197,6 +125,11 @@ class Batcher:
             num_queued_requests=len(self._queue),
             num_runner_seqs=self._runner.num_sequences(),
             num_steps=self._num_steps,
+            running_loras=frozenset(self._scheduler.running_loras()),
+            waiting_loras=frozenset(
+                {q.submit.lora for q in self._queue if q.submit.lora is not None}
+                | self._scheduler.waiting_loras()
+            ),
         )
 
     # --- the loop ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
 from atom.actors.pooler import Pooler
 from atom.model.catalog import ModelKind
+from atom.model.lora.adapter import LoraAdapter
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.responses_store import ResponsesStore
@@ -33,6 +34,9 @@ class EngineCore:
     sse_ping_interval_s: float = 0.0  # an idle stream's keep-alive period (0: none)
     stream_stall_timeout_s: float = 0.0  # a send the client does not take for this long aborts
     description: Mapping[str, str] = field(default_factory=dict)  # what loading chose
+    # A PEFT folder read for this model (Runtime.read_lora); None: it cannot apply adapters.
+    read_lora: Callable[[str, str], LoraAdapter] | None = None
+    lora: str | None = None  # set on the core a request naming an adapter gets (Models.core)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

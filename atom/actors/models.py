@@ -19,8 +19,10 @@ import trio
 
 from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
-from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
+from atom.actors.cores import Core, EngineCore, Loaded
 from atom.actors.device import DeviceThread
+from atom.actors.loras import LoraCard, Loras
+from atom.actors.model_actors import ActorParts, make_actor
 from atom.actors.pooler import Pooler
 from atom.actors.profiler import Phases
 from atom.config import Settings
@@ -33,13 +35,9 @@ from atom.errors import (
     ModelNotFound,
 )
 from atom.model.catalog import ModelKind, ModelSpec
-from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
-from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import parse_speculative_config
 from atom.responses_store import ResponsesStore
-from atom.text.prompt import max_token_chars
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +88,15 @@ class Models:
         check_choice("scheduling-policy", settings.scheduling_policy, ("fcfs", "priority"))
         check_choice("while-asleep", settings.while_asleep, ("reject", "wait"))
         self._speculation = parse_speculative_config(settings.speculative_config)
+        self._parts = ActorParts(
+            settings=settings,
+            bus=bus,
+            clock=clock,
+            responses=responses,
+            phases=phases,
+            speculation=self._speculation,
+        )
+        self.loras = Loras(settings)  # the served LoRA adapters, by name
 
     # --- routing (called by the routes, on the event loop) -------------------------
 
@@ -98,12 +105,17 @@ class Models:
         first of them when the request names none). ModelNotFound (404) for an unknown
         name, InvalidRequest (400) for a model of another kind, EngineNotReady (503) while
         it loads."""
+        card = self.loras.cards.get(requested) if requested is not None else None
+        if card is not None:  # an adapter: its base model's core, under the adapter's name
+            base = self.core(card.base, kinds, route)
+            assert isinstance(base, EngineCore)
+            return dataclasses.replace(base, name=card.name, lora=card.name)
         serving = [s.name for s in self.specs.values() if s.kind in kinds]
         if requested is None and serving:
             requested = serving[0]
         spec = self.specs.get(requested) if requested is not None else None
         if spec is None and requested is not None:
-            served = ", ".join(f"`{name}`" for name in self.specs)
+            served = ", ".join(f"`{name}`" for name in [*self.specs, *self.loras.cards])
             raise ModelNotFound(
                 f"the model `{requested}` does not exist; this server serves {served}",
                 param="model",
@@ -137,7 +149,49 @@ class Models:
                     nursery.cancel_scope.cancel()  # the models already loaded stop too
                     return
                 await nursery.start(self._serve, spec, loaded)
+                if not await self._start_loras(spec):
+                    nursery.cancel_scope.cancel()
+                    return
             self.is_started = True
+
+    async def _start_loras(self, spec: ModelSpec) -> bool:
+        """Serve the `--lora-modules` of a start-up model; False (fatal) when one fails."""
+        generation = [s.name for s in self.specs.values() if s.kind is ModelKind.GENERATE]
+        for module in self.loras.at_start(spec.name, generation[:1] == [spec.name]):
+            try:
+                await self.load_lora(module.name, module.path, spec.name)
+            except AtomError as error:
+                log.critical("lora_load_failed", lora=module.name, error=error.message)
+                self._on_fatal()
+                return False
+        return True
+
+    async def load_lora(
+        self, name: str, path: str, base: str | None, *, replace: bool = False
+    ) -> LoraCard:
+        """Serve the PEFT adapter at `path` as `name` on the generation model `base` (the
+        first one when None): Loras.load; Conflict (409) for a model's name."""
+        if name in self.specs:
+            raise Conflict(f"a model is already served as `{name}`", param="lora_name")
+        card = self.loras.cards.get(name)
+        if card is not None and replace:
+            base = card.base
+        core = self.core(base, frozenset({ModelKind.GENERATE}), "/v1/load_lora_adapter")
+        assert isinstance(core, EngineCore)
+        card = await self.loras.load(core, name, path, replace=replace)
+        log.info("lora_loaded", lora=name, model=card.base, path=card.path, rank=card.rank)
+        return card
+
+    async def unload_lora(self, name: str) -> LoraCard:
+        """Stop serving the adapter `name`: ModelNotFound (404) when none is served so,
+        the Batcher's Conflict (409) while requests use it."""
+        card = self.loras.cards.get(name)
+        core = self.cores.get(card.base) if card is not None else None
+        if card is None or not isinstance(core, EngineCore):
+            raise ModelNotFound(f"no adapter is served as `{name}`", param="lora_name")
+        card = await self.loras.unload(core, name)
+        log.info("lora_unloaded", lora=name, model=card.base)
+        return card
 
     async def load(self, spec: ModelSpec) -> Core:
         """Load `spec` at runtime and serve it; over `--models-max`, the least recently
@@ -145,7 +199,7 @@ class Models:
         InvalidRequest (400) when its files do not load."""
         if self._nursery is None:
             raise EngineNotReady("the server is still starting; retry shortly")
-        if spec.name in self.specs:
+        if spec.name in self.specs or spec.name in self.loras.cards:
             raise Conflict(f"a model is already served as `{spec.name}`", param="model")
         self.specs[spec.name] = spec  # listed as loading from now on
         try:
@@ -168,6 +222,7 @@ class Models:
         if name not in self.cores:
             raise ModelNotFound(f"the model `{name}` is not loaded", param="model")
         spec = self.specs.pop(name)
+        self.loras.drop_base(name)
         self._sources.pop(name, None)  # a model loaded later under this name starts afresh
         actor, scope = self._actors[name]
         with trio.move_on_after(UNLOAD_DRAIN_S):
@@ -266,7 +321,9 @@ class Models:
         self, spec: ModelSpec, loaded: Loaded, *, task_status: trio.TaskStatus[None]
     ) -> None:
         """Serve one model until it is unloaded or the engine stops."""
-        actor = self._actor(spec, loaded)
+        assert self._device is not None
+        actor, core = make_actor(self._parts, spec, loaded, self._device)
+        self.cores[spec.name] = core
         with trio.CancelScope() as scope:
             self._actors[spec.name] = (actor, scope)
             task_status.started()
@@ -281,100 +338,18 @@ class Models:
                 actor.fail_all(EngineFailed(gone))
                 del self.cores[spec.name], self._actors[spec.name]
 
-    # --- the actors ------------------------------------------------------------------
-
-    def _actor(self, spec: ModelSpec, loaded: Loaded) -> Batcher | Pooler:
-        """The model's actor, its core registered for the routes."""
-        assert self._device is not None
-        if isinstance(loaded, PoolingRuntime):
-            return self._pooler(spec, loaded, self._device)
-        batcher = self._batcher(spec.name, loaded, self._device)
-        self.cores[spec.name] = EngineCore(
-            name=spec.name,
-            bus=self._bus,
-            batcher=batcher,
-            tokenizer=loaded.tokenizer,
-            clock=self._clock,
-            max_model_len=loaded.max_model_len,
-            max_prompt_chars=loaded.max_model_len * max_token_chars(loaded.tokenizer),
-            precompile=loaded.precompile,
-            load_weights=loaded.load_weights,
-            responses=self._responses,
-            description=loaded.description,
-            sse_ping_interval_s=self.settings.sse_ping_interval,
-            stream_stall_timeout_s=self.settings.stream_stall_timeout,
-        )
-        return batcher
-
-    def _pooler(self, spec: ModelSpec, loaded: PoolingRuntime, device: DeviceThread) -> Pooler:
-        pooler = Pooler(
-            loaded.runner,
-            device=device,
-            max_num_batched_tokens=self.settings.max_num_batched_tokens,
-            max_queued_requests=self.settings.max_queued_requests,
-        )
-        self.cores[spec.name] = PoolingCore(
-            name=spec.name,
-            kind=loaded.kind,
-            bus=self._bus,
-            pooler=pooler,
-            tokenizer=loaded.tokenizer,
-            clock=self._clock,
-            max_model_len=loaded.max_model_len,
-            num_dimensions=loaded.num_dimensions,
-            labels=loaded.labels,
-            is_matryoshka=loaded.is_matryoshka,
-            description=loaded.description,
-        )
-        return pooler
-
-    def _batcher(self, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
-        """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
-        s = self.settings
-        runner = runtime.runner
-        log.info(
-            "engine_ready",
-            model=name,
-            max_model_len=runtime.max_model_len,
-            max_num_seqs=s.max_num_seqs,
-            num_kv_blocks=runner.num_blocks,
-            block_size=runner.block_size,
-            max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
-        )
-        kv = KVCacheManager(
-            num_blocks=runner.num_blocks,
-            block_size=runner.block_size,
-            enable_prefix_caching=s.enable_prefix_caching,
-        )
-        scheduler = Scheduler(
-            kv=kv,
-            max_num_seqs=s.max_num_seqs,
-            max_num_batched_tokens=s.max_num_batched_tokens,
-            eos_token_ids=runner.eos_token_ids,
-            max_model_len=runtime.max_model_len,
-            by_priority=s.scheduling_policy == "priority",
-            speculation=self._speculation,
-            draft=runtime.draft,
-        )
-        return Batcher(
-            runner,
-            scheduler,
-            publish=self._bus.publish,
-            max_queued_requests=s.max_queued_requests,
-            max_queue_wait_s=s.max_queue_wait,
-            device=device,
-            model=name,
-            reject_while_asleep=s.while_asleep == "reject",
-            phases=self._phases,
-        )
-
     def description_of(self, name: str) -> dict[str, str]:
         """What loading chose for a loaded model (device, dtype, kernels…); {} otherwise."""
         core = self.cores.get(name)
         return dict(core.description) if core else {}
 
     def card_of(self, name: str) -> dict[str, Any]:
-        """What /v1/models says of a model beyond its name: its kind, limit and state."""
+        """What /v1/models says of a model beyond its name: its kind, limit and state (an
+        adapter: its folder and its base model as `parent`)."""
+        lora = self.loras.cards.get(name)
+        if lora is not None:
+            card = self.card_of(lora.base)
+            return {**card, "root": lora.path, "parent": lora.base, "lora_rank": lora.rank}
         spec, core = self.specs[name], self.cores.get(name)
         return {
             "root": spec.source,

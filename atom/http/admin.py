@@ -1,5 +1,6 @@
-"""Admin routes: load and unload models (llama.cpp's router mode), new weights from disk
-(SGLang's route), sleep and wake-up (vLLM's), the prefix cache reset and profiling. With
+"""Admin routes: load and unload models (llama.cpp's router mode) and LoRA adapters
+(vLLM's routes), new weights from disk (SGLang's route), sleep and wake-up (vLLM's),
+the prefix cache reset and profiling. With
 API keys they need a key, as every route does; without keys they are refused (403)
 unless `--enable-admin-routes`."""
 
@@ -24,6 +25,8 @@ ADMIN_PATHS = frozenset(
     {
         "/models/load",
         "/models/unload",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
         "/reset_prefix_cache",
         "/update_weights_from_disk",
         "/sleep",
@@ -41,6 +44,21 @@ class LoadModelRequest(_Body):
 
 class UnloadModelRequest(_Body):
     model: str  # the served name
+
+
+class LoadLoraRequest(_Body):
+    """vLLM's body; `model` is ATOM's: the base model's served name (default: the first
+    generation model)."""
+
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False  # replace an adapter served under this name
+    model: str | None = None
+
+
+class UnloadLoraRequest(_Body):
+    lora_name: str
+    lora_int_id: int | None = None  # vLLM's; accepted, the name decides
 
 
 class UpdateWeightsRequest(_Body):
@@ -79,6 +97,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
         return _json({"status": "ok"})
 
     register_model_state(app, engine)
+    register_loras(app, engine)
     register_sleep(app, engine)
     register_profiling(app, engine)
 
@@ -98,6 +117,24 @@ def register_model_state(app: QuartTrio, engine: Engine) -> None:
             return _json(failed, status=error.status)
         message = f"Updated the model weights from {body.model_path}."
         return _json({"success": True, "message": message, "num_paused_requests": paused})
+
+
+def register_loras(app: QuartTrio, engine: Engine) -> None:
+    """vLLM's routes and answers: plain text on success, an error object otherwise."""
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter() -> Response:
+        body = parse(LoadLoraRequest, await request_json())
+        await engine.models.load_lora(
+            body.lora_name, body.lora_path, body.model, replace=body.load_inplace
+        )
+        return _text(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter() -> Response:
+        body = parse(UnloadLoraRequest, await request_json())
+        await engine.models.unload_lora(body.lora_name)
+        return _text(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
 
 def register_sleep(app: QuartTrio, engine: Engine) -> None:
@@ -147,6 +184,10 @@ def profiler(engine: Engine) -> Profiler:
 
 def _answer(spec: ModelSpec, status: Literal["loaded", "unloaded"]) -> Response:
     return _json({"id": spec.name, "object": "model", "status": status, "kind": spec.kind.value})
+
+
+def _text(body: str) -> Response:
+    return Response(body, content_type="text/plain; charset=utf-8")
 
 
 def _json(body: object, status: int = 200) -> Response:

@@ -156,6 +156,7 @@ class Adapter(Generic[B]):
             choices_per_prompt=planned.plan.shape.best_of,
             cache_salt=planned.cache_salt,
             priority=planned.priority,
+            lora=core.lora,
         )
         return core, GenerationRequest(received=received, plan=planned.plan, submit=submit)
 

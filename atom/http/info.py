@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import time
 from typing import Any
 
 from quart import Response, request
@@ -29,7 +30,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
 
     @app.get("/v1/models")
     async def models() -> Response:
-        cards = [_card(engine, name) for name in engine.models.specs]
+        names = [*engine.models.specs, *engine.models.loras.cards]
+        cards = [_card(engine, name) for name in names]
         return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
     register_info(app, engine)
@@ -65,7 +67,10 @@ def register_info(app: QuartTrio, engine: Engine) -> None:
         check_ready(engine)
         failures = engine.logger.num_failed if engine.logger else None
         names = list(engine.models.specs)
-        text = engine.metrics.render(names, request_log_failures=failures)
+        max_loras = engine.settings.max_loras if engine.settings.enable_lora else None
+        text = engine.metrics.render(
+            names, request_log_failures=failures, max_loras=max_loras, now=time.time()
+        )
         return Response(text, content_type="text/plain; version=0.0.4; charset=utf-8")
 
 

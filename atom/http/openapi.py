@@ -18,7 +18,13 @@ from quart_trio import QuartTrio
 
 from atom.config import Settings
 from atom.http import openapi_answers as answers
-from atom.http.admin import LoadModelRequest, UnloadModelRequest, UpdateWeightsRequest
+from atom.http.admin import (
+    LoadLoraRequest,
+    LoadModelRequest,
+    UnloadLoraRequest,
+    UnloadModelRequest,
+    UpdateWeightsRequest,
+)
 from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
 from atom.http.info import atom_version
 from atom.http.openapi_answers import Schema
@@ -113,6 +119,10 @@ OPERATIONS: tuple[Operation, ...] = (
     _post("/models/load", "Load a model (admin)", answers.MODEL_CHANGED, body=LoadModelRequest),
     _post("/models/unload", "Unload a model (admin)", answers.MODEL_CHANGED,
           body=UnloadModelRequest),
+    _post("/v1/load_lora_adapter", "Serve a LoRA adapter (admin; needs --enable-lora)",
+          answers.STRING, body=LoadLoraRequest, content_types=("text/plain",)),
+    _post("/v1/unload_lora_adapter", "Stop serving a LoRA adapter (admin)", answers.STRING,
+          body=UnloadLoraRequest, content_types=("text/plain",)),
     _post("/reset_prefix_cache", "Forget cached prefixes (admin)", answers.STATUS),
     _post("/update_weights_from_disk", "New weights from a local path (admin)",
           answers.WEIGHTS_UPDATED, body=UpdateWeightsRequest,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,6 +26,9 @@ from atom.model.catalog import (
     resolve_source,
 )
 from atom.model.runner import Runtime
+
+if TYPE_CHECKING:
+    from atom.model.lora.adapter import LoraAdapter
 from atom.progress import progress, quiet_library_bars
 
 log = structlog.get_logger(__name__)
@@ -177,6 +180,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         tokenizer=loaded.tokenizer,
         decode_kernel=None if ops is None else ops.paged_decode,
         kv_dtype=getattr(torch, kv_dtype),
+        max_loras=settings.max_loras,
     )
     description = {
         "source": loaded.source,
@@ -198,6 +202,24 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         load_weights=partial(
             _load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)
         ),
+        read_lora=_lora_reader(settings, model),
+    )
+
+
+def _lora_reader(settings: Settings, model: Any) -> Callable[[str, str], LoraAdapter] | None:
+    """How a PEFT folder is read for `model` (--enable-lora): fitted to its shapes, in
+    its dtype. None when LoRA is off or the forward is transformers' own (only ATOM's
+    forward adds adapters' deltas)."""
+    from atom.model.forward.llama_forward import LlamaForward
+    from atom.model.lora.adapter import BaseShapes, read_adapter
+
+    if not settings.enable_lora or not isinstance(model, LlamaForward):
+        return None
+    return partial(
+        read_adapter,
+        base=BaseShapes.of(model.config),
+        max_rank=settings.max_lora_rank,
+        dtype=model.norm.weight.dtype,  # the model's float dtype, whatever its layers' form
     )
 
 

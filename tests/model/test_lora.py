@@ -3,17 +3,22 @@ with several adapters and the base model mixed in one batch."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
+from atom.events import Submit
 from atom.model.forward.llama_forward import own_forward
 from atom.model.lora.adapter import BaseShapes, read_adapter
+from atom.model.lora.mixing import LoraSlots
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
 from tests.lora_adapters import save_adapter, with_adapter
-from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, generate, run_all, tiny_model
+from tests.model.tiny import BLOCK, GREEDY, PROMPTS, cpu_ops, generate, run_all, tiny_model
 
 pytest.importorskip("peft")
 
@@ -112,3 +117,72 @@ def test_a_prefix_cached_under_one_adapter_is_not_reused_by_another(tmp_path: Pa
     for lora, got in zip(LORAS, outputs, strict=True):
         reference = with_adapter(base, folders[lora], merge=False) if lora else base
         assert_same_greedy(reference, prompt, got, generate(reference, prompt))
+
+
+def test_a_step_mixes_at_most_max_loras_adapters_and_never_holds_back_the_base() -> None:
+    kv = KVCacheManager(num_blocks=64, block_size=BLOCK, enable_prefix_caching=True)
+    scheduler = Scheduler(
+        kv=kv,
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        eos_token_ids=frozenset({0}),
+        max_model_len=256,
+        max_loras=1,
+    )
+    for rid, lora in (("a", "one"), ("b", "two"), ("c", None), ("d", "one")):
+        scheduler.add(Submit(request_id=rid, prompt_ids=PROMPTS[3], params=GREEDY, lora=lora))
+    planned = {c.seq_id: c.lora for c in scheduler.schedule().chunks}
+    assert planned == {"a/0": "one", "c/0": None, "d/0": "one"}
+    assert scheduler.running_loras() == {"one"} and scheduler.waiting_loras() == {"two"}
+    for seq_id in ("a/0", "d/0"):
+        scheduler.remove(seq_id)
+    assert "b/0" in {c.seq_id for c in scheduler.schedule().chunks}
+
+
+def test_the_device_holds_at_most_max_loras_adapters(tmp_path: Path) -> None:
+    base = tiny_model(LlamaConfig)
+    shapes = BaseShapes.of(base.config)
+    folders = adapters(base, tmp_path)
+    slots = LoraSlots(1, torch.device("cpu"))
+    for name, folder in folders.items():
+        slots.add(read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32))
+    step = slots.step({"attn-r4": [0, 2]}, 3)
+    assert step is not None and step.groups[0].rows is not None
+    assert slots.step({"all-r8": [0, 1, 2]}, 3).groups[0].rows is None  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="--max-loras"):
+        slots.step({"attn-r4": [0], "all-r8": [1]}, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"use_dora": True}, "DoRA"),
+        ({"bias": "all"}, "trained biases"),
+        ({"modules_to_save": ["lm_head"]}, "save whole modules"),
+        ({"peft_type": "IA3"}, "not LoRA"),
+    ],
+)
+def test_adapters_atom_cannot_apply_are_refused_by_name(
+    change: dict[str, object], words: str, tmp_path: Path
+) -> None:
+    base = tiny_model(LlamaConfig)
+    folder = save_adapter(base, tmp_path / "a", rank=4)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ValueError, match=words):
+        read_adapter("a", str(folder), BaseShapes.of(base.config), max_rank=8, dtype=torch.float32)
+
+
+def test_an_adapter_of_another_model_or_rank_is_refused(tmp_path: Path) -> None:
+    base = tiny_model(LlamaConfig)
+    wider = tiny_model(LlamaConfig, hidden_size=96)
+    shapes = BaseShapes.of(base.config)
+    other = save_adapter(wider, tmp_path / "wide", rank=4)
+    with pytest.raises(ValueError, match="do not fit"):
+        read_adapter("w", str(other), shapes, max_rank=8, dtype=torch.float32)
+    big = save_adapter(base, tmp_path / "big", rank=16)
+    with pytest.raises(ValueError, match="above --max-lora-rank 8"):
+        read_adapter("b", str(big), shapes, max_rank=8, dtype=torch.float32)
+    head = save_adapter(base, tmp_path / "head", rank=4, targets=("q_proj", "lm_head"))
+    with pytest.raises(ValueError, match="not one ATOM applies"):
+        read_adapter("h", str(head), shapes, max_rank=8, dtype=torch.float32)

@@ -163,6 +163,9 @@ class Scheduler:
     def seq(self, seq_id: str) -> Sequence | None:
         return self._seqs.get(seq_id)
 
+    def sequences(self) -> list[Sequence]:
+        return list(self._seqs.values())
+
     def seqs_of(self, request_id: str) -> list[Sequence]:
         return [s for s in self._seqs.values() if s.request_id == request_id]
 

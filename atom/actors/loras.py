@@ -1,0 +1,119 @@
+"""The served LoRA adapters: their names, each one's base model, and the `--lora-modules`
+of the command line (docs/lora.md).
+
+Models owns one Loras. Loading reads the PEFT folder in a worker thread (the base
+model's `read_lora`), then hands the adapter to the base model's Batcher, which gives
+it to the runner between two steps; only then is the name routed. Unloading takes the
+name out of routing first and gives it back if the Batcher refuses (requests still
+use the adapter).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import trio
+
+from atom.actors.cores import EngineCore
+from atom.config import Settings
+from atom.errors import AtomError, InvalidRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraModule:
+    """One `--lora-modules` entry: `name=path`, or vLLM's JSON object form."""
+
+    name: str
+    path: str
+    base_model_name: str | None = None  # None: the first generation model
+
+
+def parse_lora_modules(entries: tuple[str, ...]) -> tuple[LoraModule, ...]:
+    """The `--lora-modules` entries; ValueError naming a malformed one."""
+    modules = []
+    for entry in entries:
+        if entry.lstrip().startswith("{"):
+            raw = json.loads(entry)
+            if not isinstance(raw.get("name"), str) or not isinstance(raw.get("path"), str):
+                raise ValueError(f"--lora-modules: {entry!r} needs a `name` and a `path`")
+            base = raw.get("base_model_name")
+            modules.append(LoraModule(name=raw["name"], path=raw["path"], base_model_name=base))
+        else:
+            name, equals, path = entry.partition("=")
+            if not equals or not name.strip() or not path.strip():
+                raise ValueError(f"--lora-modules: expected name=path, got {entry!r}")
+            modules.append(LoraModule(name=name.strip(), path=path.strip()))
+    return tuple(modules)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraCard:
+    """A served adapter, as /v1/models lists it."""
+
+    name: str
+    path: str
+    base: str  # the served name of its base model
+    rank: int
+    num_bytes: int
+
+
+class Loras:
+    def __init__(self, settings: Settings) -> None:
+        self.is_enabled = settings.enable_lora
+        self.modules = parse_lora_modules(settings.lora_modules)
+        if self.modules and not self.is_enabled:
+            raise ValueError("--lora-modules needs --enable-lora")
+        if settings.max_loras < 1 or settings.max_lora_rank < 1:
+            raise ValueError("--max-loras and --max-lora-rank must be at least 1")
+        self.cards: dict[str, LoraCard] = {}  # routed adapters, by name
+
+    def at_start(self, base: str, is_first_generation: bool) -> list[LoraModule]:
+        """The `--lora-modules` that go on the base model `base` once it is loaded."""
+        return [
+            m
+            for m in self.modules
+            if m.base_model_name == base or (m.base_model_name is None and is_first_generation)
+        ]
+
+    async def load(self, core: EngineCore, name: str, path: str, *, replace: bool) -> LoraCard:
+        """Serve the adapter at `path` as `name` on `core`'s model. InvalidRequest (400)
+        when LoRA is off, the name is taken (unless `replace`), or the folder does not
+        load or fit the model."""
+        if not self.is_enabled:
+            raise InvalidRequest("LoRA adapters need the server started with --enable-lora")
+        if core.read_lora is None:
+            raise InvalidRequest(f"the model `{core.name}` cannot apply LoRA adapters")
+        if name in self.cards and not replace:
+            raise InvalidRequest(
+                f"an adapter is already served as `{name}` (load_inplace replaces it)",
+                param="lora_name",
+            )
+        try:
+            with trio.CancelScope(shield=True):  # a load cannot be stopped half way
+                adapter = await trio.to_thread.run_sync(core.read_lora, name, path)
+        except (OSError, ValueError) as exc:
+            raise InvalidRequest(f"could not load the adapter: {exc}", param="lora_path") from None
+        await core.batcher.add_lora(adapter)
+        card = LoraCard(
+            name=name, path=adapter.path, base=core.name, rank=adapter.rank,
+            num_bytes=adapter.num_bytes,
+        )  # fmt: skip
+        self.cards[name] = card
+        return card
+
+    async def unload(self, core: EngineCore, name: str) -> LoraCard:
+        """Stop serving the adapter `name` (which must be routed) of `core`'s model; the
+        Batcher's Conflict (409) when requests still use it, and it stays served."""
+        card = self.cards.pop(name)
+        try:
+            await core.batcher.remove_lora(name)
+        except AtomError:
+            self.cards[name] = card
+            raise
+        return card
+
+    def drop_base(self, base: str) -> None:
+        """Forget the adapters of a base model no longer served."""
+        for name in [n for n, card in self.cards.items() if card.base == base]:
+            del self.cards[name]
