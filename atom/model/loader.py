@@ -181,6 +181,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         decode_kernel=None if ops is None else ops.paged_decode,
         kv_dtype=getattr(torch, kv_dtype),
         max_loras=settings.max_loras,
+        max_lora_rank=settings.max_lora_rank,
     )
     description = {
         "source": loaded.source,

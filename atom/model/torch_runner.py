@@ -54,6 +54,7 @@ class TorchRunner:
         decode_kernel: DecodeKernel | None = None,
         kv_dtype: torch.dtype | None = None,
         max_loras: int = 1,
+        max_lora_rank: int = 16,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
@@ -81,7 +82,7 @@ class TorchRunner:
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
-        self.loras = LoraSlots(max_loras, self._device)
+        self.loras = LoraSlots(max_loras, max_lora_rank, self._device)
 
     def _allocate_kv_cache(self) -> None:
         self.kv_cache: torch.Tensor | None = torch.zeros(

@@ -65,6 +65,7 @@ def runner_with(
         block_size=BLOCK,
         decode_kernel=None if kernels is None else kernels.paged_decode,
         max_loras=len(folders),
+        max_lora_rank=8,
     )
     shapes = BaseShapes.of(runner.model.config)
     for name, folder in folders.items():
@@ -143,14 +144,23 @@ def test_the_device_holds_at_most_max_loras_adapters(tmp_path: Path) -> None:
     base = tiny_model(LlamaConfig)
     shapes = BaseShapes.of(base.config)
     folders = adapters(base, tmp_path)
-    slots = LoraSlots(1, torch.device("cpu"))
+    slots = LoraSlots(1, 8, torch.device("cpu"))
     for name, folder in folders.items():
         slots.add(read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32))
-    step = slots.step({"attn-r4": [0, 2]}, 3)
-    assert step is not None and step.groups[0].rows is not None
-    assert slots.step({"all-r8": [0, 1, 2]}, 3).groups[0].rows is None  # type: ignore[union-attr]
+    mixed = slots.step({"attn-r4": [0, 2]}, 3)  # row 1 is the base model's
+    assert mixed is not None and mixed.single is None
+    assert mixed.masks[8][1].sum() == 0 and mixed.masks[8][0].sum() == 8
+    alone = slots.step({"all-r8": [0, 1, 2]}, 3)  # takes the one slot over
+    assert alone is not None and alone.single == 0
     with pytest.raises(ValueError, match="--max-loras"):
         slots.step({"attn-r4": [0], "all-r8": [1]}, 2)
+    two = LoraSlots(2, 8, torch.device("cpu"))
+    for name, folder in folders.items():
+        two.add(read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32))
+    assert {two.step({n: [0]}, 1).single for n in folders} == {0, 1}  # type: ignore[union-attr]
+    two.remove("attn-r4")  # its slot is free again; the other adapter keeps its own
+    two.add(read_adapter("again", str(folders["attn-r4"]), shapes, max_rank=8, dtype=torch.float32))
+    assert {two.step({n: [0]}, 1).single for n in ("again", "all-r8")} == {0, 1}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class LoraAdapter:
     path: str
     rank: int
     layers: tuple[Mapping[str, FusedLora], ...]
+    shapes: Mapping[str, tuple[int, int]]  # (out, in) of each of the model's fused projections
 
     @property
     def num_bytes(self) -> int:
@@ -71,7 +72,7 @@ class LoraAdapter:
 
     def to(self, device: torch.device | str) -> LoraAdapter:
         layers = tuple({k: f.to(device) for k, f in layer.items()} for layer in self.layers)
-        return LoraAdapter(name=self.name, path=self.path, rank=self.rank, layers=layers)
+        return replace(self, layers=layers)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +102,13 @@ class BaseShapes:
         }
         return cls(num_layers=int(text.num_hidden_layers), parts=parts)
 
+    def fused(self) -> dict[str, tuple[int, int]]:
+        """(out, in) of each fused projection."""
+        return {
+            projection: (sum(self.parts[n][0] for n in names), self.parts[names[0]][1])
+            for projection, names in FUSED.items()
+        }
+
 
 def read_adapter(
     name: str, path: str, base: BaseShapes, *, max_rank: int, dtype: torch.dtype
@@ -121,7 +129,7 @@ def read_adapter(
     parts = {k: _checked(folder, k, v, config, base, max_rank) for k, v in pairs.items()}
     layers = tuple(_fuse_layer(i, parts, base, dtype) for i in range(base.num_layers))
     rank = max(part.a.shape[0] for part in parts.values())
-    return LoraAdapter(name=name, path=str(folder), rank=rank, layers=layers)
+    return LoraAdapter(name=name, path=str(folder), rank=rank, layers=layers, shapes=base.fused())
 
 
 def _adapter_config(folder: Path) -> dict[str, Any]:

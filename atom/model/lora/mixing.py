@@ -1,69 +1,102 @@
-"""Adapters in a step: which rows each adapter's delta goes to, and the grouped products.
+"""Adapters in a step: device slots holding up to `--max-loras` adapters side by side,
+and the products that add each row's adapter delta in one pass over the step.
 
-A step mixes rows of several adapters and of the base model. Every adapted projection
-adds, for each adapter `a` present, its delta `(B[a] @ (A[a] @ x)) * scale[a]` to
-that adapter's rows only: one pair of products per adapter over its gathered rows
-(all rows without a gather when the step has one adapter), never a step split per
-adapter. The base product runs once
-over every row, whatever its form (float, int8, int4 blocks); the delta is float on
-top of it, so LoRA works on every base ATOM runs.
+Every adapted projection holds, per layer, one stacked `A` [slots * R, in], one
+stacked `B` [out, slots * R] and each slot's column scaling [slots, out], where R is
+the projection's rank room (`--max-lora-rank` times its fused parts). A step whose
+rows use several adapters (and the base model) computes
+
+    h = (x @ A.T) * mask        # every slot's A for every row, then each row keeps
+                                # only its own slot's R columns (none for the base)
+    out += (h @ B.T) * scale[slot of the row]
+
+— two products over all rows whatever the mix, as vLLM's punica kernels do, never a
+step split per adapter; the waste is the other slots' columns of the thin `h`. A step
+of one adapter alone uses that slot's slices without a mask. The base product runs
+once over every row whatever its form (float, int8, int4 blocks); the delta is float
+on top, so LoRA works on every base ATOM runs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
 
-from atom.model.lora.adapter import LoraAdapter
+from atom.model.lora.adapter import FUSED, FusedLora, LoraAdapter
 
 
 @dataclass(frozen=True, slots=True)
-class LoraRows:
-    adapter: LoraAdapter
-    rows: torch.Tensor | None  # indices into the step's flat rows; None: every row
+class SlotStack:
+    """One projection of one layer, every slot's adapter side by side."""
+
+    a: torch.Tensor  # [slots * room, in]
+    b: torch.Tensor  # [out, slots * room]
+    scale: torch.Tensor  # [slots, out]
+
+    @property
+    def room(self) -> int:
+        return self.a.shape[0] // self.scale.shape[0]
+
+    def put(self, slot: int, fused: FusedLora | None) -> None:
+        """Slot `slot` holds `fused` (zeros where it has less rank, or is None)."""
+        at = slice(slot * self.room, (slot + 1) * self.room)
+        self.a[at].zero_()
+        self.b[:, at].zero_()
+        self.scale[slot].zero_()
+        if fused is not None:
+            rank = fused.a.shape[0]
+            self.a[at][:rank].copy_(fused.a)
+            self.b[:, at][:, :rank].copy_(fused.b)
+            self.scale[slot].copy_(fused.scale)
 
 
 @dataclass(frozen=True, slots=True)
 class LoraStep:
-    """The adapters of one step and their rows (none for rows of the base model)."""
+    """The step's rows and their slots: `single` when every row uses that one slot;
+    else each row's slot and, per room size, the mask keeping its slot's columns."""
 
-    groups: tuple[LoraRows, ...]
+    layers: tuple[dict[str, SlotStack], ...]
+    single: int | None
+    row_slots: torch.Tensor | None  # [rows]
+    masks: dict[int, torch.Tensor]  # room → [rows, slots * room], 0 or 1
 
     def add(self, out: torch.Tensor, x: torch.Tensor, layer: int, projection: str) -> None:
-        """out [rows, out_features] += each adapter's delta of x [rows, in_features]."""
-        for group in self.groups:
-            fused = group.adapter.layers[layer].get(projection)
-            if fused is None:
-                continue
-            if group.rows is None:
-                out.add_(fused.delta(x))
-            else:
-                out.index_add_(0, group.rows, fused.delta(x[group.rows]))
+        """out [rows, out_features] += each row's adapter delta of x [rows, in_features]."""
+        stack = self.layers[layer][projection]
+        if self.single is not None:
+            at = slice(self.single * stack.room, (self.single + 1) * stack.room)
+            out.add_(((x @ stack.a[at].T) @ stack.b[:, at].T) * stack.scale[self.single])
+            return
+        assert self.row_slots is not None
+        h = (x @ stack.a.T) * self.masks[stack.room]
+        out.add_((h @ stack.b.T) * stack.scale[self.row_slots])
 
 
 class LoraSlots:
-    """The runner's adapters: every loaded one in host memory, at most `max_loras` of
-    them on the device, least recently used out first. On CPU both are the same tensors."""
+    """The runner's adapters: every loaded one in host memory, up to `max_loras` of them
+    in the device slots, the least recently used slot reused first."""
 
-    def __init__(self, max_loras: int, device: torch.device) -> None:
-        self.max_loras = max_loras
+    def __init__(self, max_loras: int, max_rank: int, device: torch.device) -> None:
+        self.max_loras, self.max_rank = max_loras, max_rank
         self._device = device
         self._loaded: dict[str, LoraAdapter] = {}
-        self._resident: OrderedDict[str, LoraAdapter] = OrderedDict()
+        self._slots: OrderedDict[str, int] = OrderedDict()  # resident adapter → slot, LRU first
+        self._layers: tuple[dict[str, SlotStack], ...] = ()  # allocated at the first adapter
 
     def add(self, adapter: LoraAdapter) -> None:
+        """Load (or replace) an adapter; a replaced one's slot takes the new weights."""
+        if not self._layers:
+            self._layers = self._allocate(adapter)
         self._loaded[adapter.name] = adapter.to("cpu")
-        self._resident.pop(adapter.name, None)
+        if adapter.name in self._slots:
+            self._fill(self._slots[adapter.name], self._loaded[adapter.name])
 
     def remove(self, name: str) -> None:
         self._loaded.pop(name, None)
-        self._resident.pop(name, None)
-
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(self._loaded)
+        self._slots.pop(name, None)
 
     def step(self, rows_of: dict[str, list[int]], num_rows: int) -> LoraStep | None:
         """The step's LoraStep from each adapter's rows (None: no adapter in the step).
@@ -72,20 +105,65 @@ class LoraSlots:
             return None
         if len(rows_of) > self.max_loras:
             raise ValueError(f"{len(rows_of)} adapters in one step, above --max-loras")
-        groups = []
+        slots = {name: self._slot(name, keep=rows_of.keys()) for name in rows_of}
+        if len(rows_of) == 1 and len(next(iter(rows_of.values()))) == num_rows:
+            return LoraStep(self._layers, next(iter(slots.values())), None, {})
+        row_slots = torch.full((num_rows,), -1, dtype=torch.long)
         for name, rows in rows_of.items():
-            every = len(rows) == num_rows
-            index = None if every else torch.tensor(rows, device=self._device)
-            groups.append(LoraRows(self._on_device(name, keep=rows_of.keys()), index))
-        return LoraStep(tuple(groups))
+            row_slots[rows] = slots[name]
+        masks = {}
+        for room in {s.room for s in self._layers[0].values()}:
+            column_slots = torch.arange(self.max_loras).repeat_interleave(room)
+            masks[room] = (row_slots[:, None] == column_slots[None, :]).to(self._dtype)
+        row_slots = row_slots.clamp(min=0)  # a base row's scale is multiplied by zeros
+        device = self._device
+        masks = {room: mask.to(device) for room, mask in masks.items()}
+        return LoraStep(self._layers, None, row_slots.to(device), masks)
 
-    def _on_device(self, name: str, keep: object) -> LoraAdapter:
-        adapter = self._resident.get(name)
-        if adapter is None:
-            adapter = self._loaded[name].to(self._device)
-            while len(self._resident) >= self.max_loras:
-                evict = next(n for n in self._resident if n not in keep)  # type: ignore[operator]
-                del self._resident[evict]
-            self._resident[name] = adapter
-        self._resident.move_to_end(name)
-        return adapter
+    @property
+    def _dtype(self) -> torch.dtype:
+        return next(iter(self._layers[0].values())).a.dtype
+
+    def _slot(self, name: str, keep: Collection[str]) -> int:
+        """The device slot of adapter `name`, filled now if it is not resident (taking
+        the least recently used slot no adapter of this step holds)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            adapter = self._loaded[name]
+            free = sorted(set(range(self.max_loras)) - set(self._slots.values()))
+            if free:
+                slot = free[0]
+            else:
+                evicted = next(n for n in self._slots if n not in keep)
+                slot = self._slots.pop(evicted)
+            self._fill(slot, adapter)
+            self._slots[name] = slot
+        self._slots.move_to_end(name)
+        return slot
+
+    def _fill(self, slot: int, adapter: LoraAdapter) -> None:
+        for layer, stacks in enumerate(self._layers):
+            for projection, stack in stacks.items():
+                fused = adapter.layers[layer].get(projection)
+                stack.put(slot, None if fused is None else fused.to(self._device))
+
+    def _allocate(self, adapter: LoraAdapter) -> tuple[dict[str, SlotStack], ...]:
+        """Zeroed slots for every layer and projection of the model (the first adapter
+        brings its shapes) with the rank room."""
+        dtype, n = _dtype_of(adapter), self.max_loras
+        layers = []
+        for _ in adapter.layers:
+            stacks = {}
+            for projection, (out_features, in_features) in adapter.shapes.items():
+                room = len(FUSED[projection]) * self.max_rank
+                stacks[projection] = SlotStack(
+                    a=torch.zeros(n * room, in_features, dtype=dtype, device=self._device),
+                    b=torch.zeros(out_features, n * room, dtype=dtype, device=self._device),
+                    scale=torch.zeros(n, out_features, dtype=dtype, device=self._device),
+                )
+            layers.append(stacks)
+        return tuple(layers)
+
+
+def _dtype_of(adapter: LoraAdapter) -> torch.dtype:
+    return next(f.a.dtype for layer in adapter.layers for f in layer.values())
