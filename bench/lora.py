@@ -4,7 +4,7 @@ For each weight form, one ATOM server with `--enable-lora --max-loras N` and N r
 adapters of rank `--rank` on every projection (made here with PEFT, written once to
 `--adapter-dir`), loaded at runtime through POST /v1/load_lora_adapter so the resident
 memory each adds is measured. Then the same streaming chat load at `--concurrency`
-(distinct prompts, `ignore_eos`, `--max-tokens` each): on the base model alone, then
+(prompts distinct across all runs, `ignore_eos`, `--max-tokens` each): on the base model alone, then
 spread over the N adapters (request i → adapter i mod N: every step mixes them), then
 the base again; the ratio is the adapters' output tokens/s over the mean of the two
 base runs. Prints one JSON document.
@@ -40,9 +40,11 @@ def adapters(folder: Path, count: int, rank: int) -> list[Path]:
     return paths
 
 
-async def load(url: str, models: list[str], args: argparse.Namespace) -> dict[str, Any]:
+async def load(url: str, models: list[str], args: argparse.Namespace, first: int) -> dict[str, Any]:
+    """`args.requests` chats at `args.concurrency`, request i to `models[i % len]`; the
+    prompts are numbered from `first` (distinct from every other run's: no prefix hit)."""
     samples: list[Sample] = []
-    queue = list(range(args.requests))
+    queue = list(range(first, first + args.requests))
     async with fresh_connections(900) as client:
 
         async def worker() -> None:
@@ -80,10 +82,13 @@ def run_form(quantization: str, paths: list[Path], args: argparse.Namespace) -> 
             httpx.post(f"{url}/v1/load_lora_adapter", json=body, timeout=120).raise_for_status()
             names.append(f"lora{i}")
             out["resident_mb"][f"with_{i + 1}"] = resident_mb(proc.pid)
-        trio.run(load, url, [MODEL], argparse.Namespace(**{**vars(args), "requests": 4}))
-        for name, models in (("base", [MODEL]), ("lora", names), ("base_again", [MODEL])):
-            out[name] = trio.run(load, url, models, args)
+        warm_up = argparse.Namespace(**{**vars(args), "requests": 4})
+        trio.run(load, url, [MODEL], warm_up, 0)
+        runs = (("base", [MODEL]), ("lora", names), ("base_again", [MODEL]))
+        for n, (name, models) in enumerate(runs):
+            out[name] = trio.run(load, url, models, args, 1000 * (n + 1))
             print(quantization, name, json.dumps(out[name]), file=sys.stderr)
+        out["resident_mb"]["after_runs"] = resident_mb(proc.pid)  # the slots filled too
     base = (out["base"]["output_tok_s"] + out["base_again"]["output_tok_s"]) / 2
     out["ratio"] = round(out["lora"]["output_tok_s"] / base, 3)
     added = out["resident_mb"][f"with_{len(paths)}"] - out["resident_mb"]["base"]

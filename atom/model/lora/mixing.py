@@ -1,14 +1,14 @@
 """Adapters in a step: device slots holding up to `--max-loras` adapters side by side,
 and the products that add each row's adapter delta in one pass over the step.
 
-Every adapted projection holds, per layer, one stacked `A` [slots * R, in], one
-stacked `B` [out, slots * R] and each slot's column scaling [slots, out], where R is
-the projection's rank room (`--max-lora-rank` times its fused parts). A step whose
-rows use several adapters (and the base model) computes
+Every adapted projection holds, per layer, one stacked `A` [slots * R, in] and one
+stacked `B` [out, slots * R] (each slot's columns scaled by its adapter's scaling),
+where R is the projection's rank room (`--max-lora-rank` times its fused parts). A
+step whose rows use several adapters (and the base model) computes
 
     h = (x @ A.T) * mask        # every slot's A for every row, then each row keeps
                                 # only its own slot's R columns (none for the base)
-    out += (h @ B.T) * scale[slot of the row]
+    out += h @ B.T              # one fused multiply-add
 
 — two products over all rows whatever the mix, as vLLM's punica kernels do, never a
 step split per adapter; the waste is the other slots' columns of the thin `h`. A step
@@ -33,34 +33,27 @@ class SlotStack:
     """One projection of one layer, every slot's adapter side by side."""
 
     a: torch.Tensor  # [slots * room, in]
-    b: torch.Tensor  # [out, slots * room]
-    scale: torch.Tensor  # [slots, out]
-
-    @property
-    def room(self) -> int:
-        return self.a.shape[0] // self.scale.shape[0]
+    b: torch.Tensor  # [out, slots * room], each slot's scaling folded in
+    room: int
 
     def put(self, slot: int, fused: FusedLora | None) -> None:
         """Slot `slot` holds `fused` (zeros where it has less rank, or is None)."""
         at = slice(slot * self.room, (slot + 1) * self.room)
         self.a[at].zero_()
         self.b[:, at].zero_()
-        self.scale[slot].zero_()
         if fused is not None:
             rank = fused.a.shape[0]
             self.a[at][:rank].copy_(fused.a)
-            self.b[:, at][:, :rank].copy_(fused.b)
-            self.scale[slot].copy_(fused.scale)
+            self.b[:, at][:, :rank].copy_(fused.b * fused.scale[:, None])
 
 
 @dataclass(frozen=True, slots=True)
 class LoraStep:
     """The step's rows and their slots: `single` when every row uses that one slot;
-    else each row's slot and, per room size, the mask keeping its slot's columns."""
+    else, per room size, the mask keeping each row's own slot's columns."""
 
     layers: tuple[dict[str, SlotStack], ...]
     single: int | None
-    row_slots: torch.Tensor | None  # [rows]
     masks: dict[int, torch.Tensor]  # room → [rows, slots * room], 0 or 1
 
     def add(self, out: torch.Tensor, x: torch.Tensor, layer: int, projection: str) -> None:
@@ -68,11 +61,9 @@ class LoraStep:
         stack = self.layers[layer][projection]
         if self.single is not None:
             at = slice(self.single * stack.room, (self.single + 1) * stack.room)
-            out.add_(((x @ stack.a[at].T) @ stack.b[:, at].T) * stack.scale[self.single])
-            return
-        assert self.row_slots is not None
-        h = (x @ stack.a.T) * self.masks[stack.room]
-        out.add_((h @ stack.b.T) * stack.scale[self.row_slots])
+            out.addmm_(x @ stack.a[at].T, stack.b[:, at].T)
+        else:
+            out.addmm_((x @ stack.a.T) * self.masks[stack.room], stack.b.T)
 
 
 class LoraSlots:
@@ -107,18 +98,16 @@ class LoraSlots:
             raise ValueError(f"{len(rows_of)} adapters in one step, above --max-loras")
         slots = {name: self._slot(name, keep=rows_of.keys()) for name in rows_of}
         if len(rows_of) == 1 and len(next(iter(rows_of.values()))) == num_rows:
-            return LoraStep(self._layers, next(iter(slots.values())), None, {})
+            return LoraStep(self._layers, next(iter(slots.values())), {})
         row_slots = torch.full((num_rows,), -1, dtype=torch.long)
         for name, rows in rows_of.items():
             row_slots[rows] = slots[name]
         masks = {}
         for room in {s.room for s in self._layers[0].values()}:
             column_slots = torch.arange(self.max_loras).repeat_interleave(room)
-            masks[room] = (row_slots[:, None] == column_slots[None, :]).to(self._dtype)
-        row_slots = row_slots.clamp(min=0)  # a base row's scale is multiplied by zeros
-        device = self._device
-        masks = {room: mask.to(device) for room, mask in masks.items()}
-        return LoraStep(self._layers, None, row_slots.to(device), masks)
+            mask = row_slots[:, None] == column_slots[None, :]
+            masks[room] = mask.to(device=self._device, dtype=self._dtype)
+        return LoraStep(self._layers, None, masks)
 
     @property
     def _dtype(self) -> torch.dtype:
@@ -159,7 +148,7 @@ class LoraSlots:
                 stacks[projection] = SlotStack(
                     a=torch.zeros(n * room, in_features, dtype=dtype, device=self._device),
                     b=torch.zeros(out_features, n * room, dtype=dtype, device=self._device),
-                    scale=torch.zeros(n, out_features, dtype=dtype, device=self._device),
+                    room=room,
                 )
             layers.append(stacks)
         return tuple(layers)
