@@ -4,7 +4,8 @@ For each weight form, one ATOM server with `--enable-lora --max-loras N` and N r
 adapters of rank `--rank` on every projection (made here with PEFT, written once to
 `--adapter-dir`), loaded at runtime through POST /v1/load_lora_adapter so the resident
 memory each adds is measured. Then the same streaming chat load at `--concurrency`
-(prompts distinct across all runs, `ignore_eos`, `--max-tokens` each): on the base model alone, then
+(prompts distinct across all runs, prefix caching off, `ignore_eos`, `--max-tokens`
+each): on the base model alone, then
 spread over the N adapters (request i → adapter i mod N: every step mixes them), then
 the base again; the ratio is the adapters' output tokens/s over the mean of the two
 base runs. Prints one JSON document.
@@ -72,6 +73,9 @@ def run_form(quantization: str, paths: list[Path], args: argparse.Namespace) -> 
         "ATOM_MAX_LORAS": str(len(paths)),
         "ATOM_MAX_LORA_RANK": str(args.rank),
         "ATOM_ENABLE_ADMIN_ROUTES": "true",
+        # bench.load's prompts share long word runs, and a cached prefix is found by
+        # base requests and not across adapters: every run computes its prompts whole.
+        "ATOM_ENABLE_PREFIX_CACHING": "false",
     }
     out: dict[str, Any] = {"resident_mb": {}}
     with atom_server(port, args, env) as proc:
