@@ -3,7 +3,8 @@
 For each weight form, one ATOM server with `--enable-lora --max-loras N` and N random
 adapters of rank `--rank` on every projection (made here with PEFT, written once to
 `--adapter-dir`), loaded at runtime through POST /v1/load_lora_adapter so the resident
-memory each adds is measured. Then the same streaming chat load at `--concurrency`
+memory each adds is measured. Then, after one unmeasured run of the base model, the
+same streaming chat load at `--concurrency`
 (prompts distinct across all runs, prefix caching off, `ignore_eos`, `--max-tokens`
 each): on the base model alone, then
 spread over the N adapters (request i → adapter i mod N: every step mixes them), then
@@ -86,8 +87,7 @@ def run_form(quantization: str, paths: list[Path], args: argparse.Namespace) -> 
             httpx.post(f"{url}/v1/load_lora_adapter", json=body, timeout=120).raise_for_status()
             names.append(f"lora{i}")
             out["resident_mb"][f"with_{i + 1}"] = resident_mb(proc.pid)
-        warm_up = argparse.Namespace(**{**vars(args), "requests": 4})
-        trio.run(load, url, [MODEL], warm_up, 0)
+        trio.run(load, url, [MODEL], args, 0)  # warm-up, not measured: a first run is slower
         runs = (("base", [MODEL]), ("lora", names), ("base_again", [MODEL]))
         for n, (name, models) in enumerate(runs):
             out[name] = trio.run(load, url, models, args, 1000 * (n + 1))

@@ -182,6 +182,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         kv_dtype=getattr(torch, kv_dtype),
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
+        lora_kernel=None if ops is None else ops.lora_add,
     )
     description = {
         "source": loaded.source,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -55,6 +55,7 @@ class TorchRunner:
         kv_dtype: torch.dtype | None = None,
         max_loras: int = 1,
         max_lora_rank: int = 16,
+        lora_kernel: Callable[..., None] | None = None,
     ) -> None:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
@@ -82,7 +83,7 @@ class TorchRunner:
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
-        self.loras = LoraSlots(max_loras, max_lora_rank, self._device)
+        self.loras = LoraSlots(max_loras, max_lora_rank, self._device, lora_kernel)
 
     def _allocate_kv_cache(self) -> None:
         self.kv_cache: torch.Tensor | None = torch.zeros(

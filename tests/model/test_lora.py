@@ -13,7 +13,7 @@ from transformers import LlamaConfig, Qwen2Config
 from atom.events import Submit
 from atom.model.forward.llama_forward import own_forward
 from atom.model.lora.adapter import BaseShapes, read_adapter
-from atom.model.lora.mixing import LoraSlots
+from atom.model.lora.mixing import Grouped, LoraSlots, OneAdapter
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
@@ -66,6 +66,7 @@ def runner_with(
         decode_kernel=None if kernels is None else kernels.paged_decode,
         max_loras=len(folders),
         max_lora_rank=8,
+        lora_kernel=None if kernels is None else kernels.lora_add,
     )
     shapes = BaseShapes.of(runner.model.config)
     for name, folder in folders.items():
@@ -148,19 +149,26 @@ def test_the_device_holds_at_most_max_loras_adapters(tmp_path: Path) -> None:
     for name, folder in folders.items():
         slots.add(read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32))
     mixed = slots.step({"attn-r4": [0, 2]}, 3)  # row 1 is the base model's
-    assert mixed is not None and mixed.single is None
-    assert mixed.masks[8][1].sum() == 0 and mixed.masks[8][0].sum() == 8
+    assert mixed is not None and isinstance(mixed.rows, OneAdapter)
+    assert mixed.rows.rows is not None and mixed.rows.rows.tolist() == [0, 2]
     alone = slots.step({"all-r8": [0, 1, 2]}, 3)  # takes the one slot over
-    assert alone is not None and alone.single == 0
+    assert alone is not None and alone.rows == OneAdapter(0, None)
     with pytest.raises(ValueError, match="--max-loras"):
         slots.step({"attn-r4": [0], "all-r8": [1]}, 2)
     two = LoraSlots(2, 8, torch.device("cpu"))
     for name, folder in folders.items():
         two.add(read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32))
-    assert {two.step({n: [0]}, 1).single for n in folders} == {0, 1}  # type: ignore[union-attr]
+    assert {two.step({n: [0]}, 1).rows.slot for n in folders} == {0, 1}  # type: ignore[union-attr]
     two.remove("attn-r4")  # its slot is free again; the other adapter keeps its own
     two.add(read_adapter("again", str(folders["attn-r4"]), shapes, max_rank=8, dtype=torch.float32))
-    assert {two.step({n: [0]}, 1).single for n in ("again", "all-r8")} == {0, 1}  # type: ignore[union-attr]
+    assert {two.step({n: [0]}, 1).rows.slot for n in ("again", "all-r8")} == {0, 1}  # type: ignore[union-attr]
+    # Listed in the other order than their slots': the rows follow the slots.
+    grouped = two.step({"all-r8": [0, 3], "again": [2]}, 4).rows  # type: ignore[union-attr]
+    assert isinstance(grouped, Grouped) and grouped.n == 2
+    assert grouped.order.tolist() == [2, 0, 0, 3] and grouped.kept.tolist() == [0, 2, 3]
+    assert grouped.rows.tolist() == [2, 0, 3]
+    even = two.step({"all-r8": [1], "again": [0]}, 2).rows  # type: ignore[union-attr]
+    assert isinstance(even, Grouped) and even.kept is None and even.rows.tolist() == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -196,3 +204,51 @@ def test_an_adapter_of_another_model_or_rank_is_refused(tmp_path: Path) -> None:
     head = save_adapter(base, tmp_path / "head", rank=4, targets=("q_proj", "lm_head"))
     with pytest.raises(ValueError, match="not one ATOM applies"):
         read_adapter("h", str(head), shapes, max_rank=8, dtype=torch.float32)
+
+
+def test_the_kernel_gives_a_row_the_same_bits_alone_and_in_any_mix(tmp_path: Path) -> None:
+    """csrc/lora.cpp: each row's delta is its own adapter's, close to torch's products,
+    and bit for bit the same whatever the other rows and their adapters are."""
+    base = tiny_model(LlamaConfig)
+    shapes = BaseShapes.of(base.config)
+    folders = adapters(base, tmp_path)
+    slots = LoraSlots(2, 8, torch.device("cpu"), cpu_ops().lora_add)
+    reference = LoraSlots(2, 8, torch.device("cpu"))
+    for name, folder in folders.items():
+        adapter = read_adapter(name, str(folder), shapes, max_rank=8, dtype=torch.float32)
+        slots.add(adapter)
+        reference.add(adapter)
+    x = torch.randn(9, 64, generator=torch.Generator().manual_seed(3))
+    mix = {"attn-r4": [0, 4, 5], "all-r8": [1, 2, 8]}  # rows 3, 6, 7: the base model
+    mixed, expected = torch.zeros(9, 128), torch.zeros(9, 128)
+    slots.step(mix, 9).add(mixed, x, 0, "qkv")  # type: ignore[union-attr]
+    reference.step(mix, 9).add(expected, x, 0, "qkv")  # type: ignore[union-attr]
+    torch.testing.assert_close(mixed, expected, rtol=1e-5, atol=1e-5)
+    assert mixed[[3, 6, 7]].abs().sum() == 0
+    for name, rows in mix.items():
+        for row in rows:
+            alone = torch.zeros(1, 128)
+            slots.step({name: [0]}, 1).add(alone, x[row : row + 1], 0, "qkv")  # type: ignore[union-attr]
+            assert torch.equal(alone[0], mixed[row])
+
+
+def test_the_kernel_handles_sizes_off_its_blocks() -> None:
+    """Inputs not a multiple of 8 and outputs not of 32 take the kernel's tail loops; a
+    row of B restricted to some columns (`cols`) adds nothing elsewhere."""
+    generator = torch.Generator().manual_seed(5)
+    slots, room, n_in, n_out = 3, 6, 37, 45
+    a = torch.randn(slots * room, n_in, generator=generator)
+    b_t = torch.randn(slots * room, n_out, generator=generator)
+    cols = torch.tensor([[0, n_out]] * (slots * room))
+    cols[1] = torch.tensor([10, 20])
+    b_t[1, :10], b_t[1, 20:] = 0, 0
+    x = torch.randn(5, n_in, generator=generator)
+    row_slots = torch.tensor([2, -1, 0, 0, 1])
+    out = torch.randn(5, n_out, generator=generator)
+    expected = out.clone()
+    for row, slot in enumerate(row_slots.tolist()):
+        if slot >= 0:
+            at = slice(slot * room, (slot + 1) * room)
+            expected[row] += (a[at] @ x[row]) @ b_t[at]
+    cpu_ops().lora_add(out, x, a, b_t, cols, row_slots, room)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

@@ -63,6 +63,7 @@ SOURCES = tuple(
         "loops_avx2.cpp",
         "loops_avx512.cpp",
         "layer.cpp",
+        "lora.cpp",
         "stack.cpp",
         "module.cpp",
     )

@@ -17,6 +17,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm (CPU, float32)");
   m.def("rope_write", &rope_write, "rotary on q/k in place + K/V cache write (CPU, float32)");
   m.def("silu_mul", &silu_mul, "silu(gate) * up (CPU, float32)");
+  m.def("lora_add", &lora_add, "out += each row's LoRA slot delta (CPU, float32)", release());
   // module_local: builds with other flags (another fingerprint) may load beside this one.
   pybind11::class_<Projection>(m, "Projection", pybind11::module_local())
       .def(pybind11::init<int64_t, torch::Tensor, c10::optional<torch::Tensor>,

@@ -34,6 +34,12 @@ void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::
 
 torch::Tensor silu_mul(torch::Tensor gate_up);
 
+// out[r] += B_s (A_s x[r]) for each row r's LoRA slot s (row_slots[r], -1: none); a is
+// [slots * room, in], b_t [slots * room, out], cols [slots * room, 2] the columns where
+// each row of b_t can be non-zero (csrc/lora.cpp).
+void lora_add(torch::Tensor out, torch::Tensor x, torch::Tensor a, torch::Tensor b_t,
+              torch::Tensor cols, torch::Tensor row_slots, int64_t room);
+
 // One weight matrix of a decoder layer, in one of the formats the kernels take.
 struct Projection {
   enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2, kQ8 = 3 };
