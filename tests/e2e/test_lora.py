@@ -23,7 +23,6 @@ from tests.e2e.conftest import CAPITAL, Server, running_server
 from tests.lora_adapters import save_adapter
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("peft")
 
 
 def default_model_shapes() -> Any:

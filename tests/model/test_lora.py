@@ -20,8 +20,6 @@ from atom.model.torch_runner import TorchRunner
 from tests.lora_adapters import save_adapter, with_adapter
 from tests.model.tiny import BLOCK, GREEDY, PROMPTS, cpu_ops, generate, run_all, tiny_model
 
-pytest.importorskip("peft")
-
 LORAS = (None, "attn-r4", "all-r8")
 
 
