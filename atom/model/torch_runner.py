@@ -31,12 +31,18 @@ def _trace_range(name: str) -> AbstractContextManager[object]:
     return record_function(name) if torch.autograd._profiler_enabled() else nullcontext()
 
 
-def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
+def kv_layout(config: Any) -> tuple[int, int, int]:
+    """(layers, kv heads, head dim) of a model's KV cache."""
     text = config.get_text_config()
     kv_heads = int(getattr(text, "num_key_value_heads", text.num_attention_heads))
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    return int(text.num_hidden_layers), kv_heads, head_dim
+
+
+def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
+    layers, kv_heads, head_dim = kv_layout(config)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return int(text.num_hidden_layers) * 2 * block_size * kv_heads * head_dim * itemsize
+    return layers * 2 * block_size * kv_heads * head_dim * itemsize
 
 
 class TorchRunner:
@@ -63,20 +69,10 @@ class TorchRunner:
         self.max_model_len = max_model_len
         self.num_blocks = num_blocks
         self.block_size = block_size
-        text = model.config.get_text_config()
-        kv_heads = int(getattr(text, "num_key_value_heads", text.num_attention_heads))
-        head_dim = int(
-            getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        )
+        layers, kv_heads, head_dim = kv_layout(model.config)
         param = next(model.parameters())
         self._device = param.device
-        self._kv_shape = (
-            int(text.num_hidden_layers),
-            2,
-            num_blocks * block_size,
-            kv_heads,
-            head_dim,
-        )
+        self._kv_shape = (layers, 2, num_blocks * block_size, kv_heads, head_dim)
         self._kv_dtype = kv_dtype or param.dtype
         self._layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
         self._allocate_kv_cache()
