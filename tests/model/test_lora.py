@@ -12,6 +12,7 @@ from transformers import LlamaConfig, Qwen2Config
 
 from atom.events import Submit
 from atom.model.forward.llama_forward import own_forward
+from atom.model.forward.quantization import quantize
 from atom.model.lora.adapter import BaseShapes, read_adapter
 from atom.model.lora.mixing import Grouped, LoraSlots, OneAdapter
 from atom.model.scheduling.kv_cache import KVCacheManager
@@ -52,11 +53,18 @@ def assert_same_greedy(
 
 
 def runner_with(
-    base: object, folders: dict[str, Path], *, cpp: bool, num_blocks: int
+    base: object,
+    folders: dict[str, Path],
+    *,
+    cpp: bool,
+    num_blocks: int,
+    quantization: str = "off",
 ) -> TorchRunner:
     kernels = cpu_ops() if cpp else None
+    forward = own_forward(base, "atom", kernels=kernels)
+    quantize(forward, quantization, "cpu", kernels=kernels)
     runner = TorchRunner(
-        own_forward(base, "atom", kernels=kernels),
+        forward,
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=num_blocks,
@@ -94,6 +102,26 @@ def test_mixed_batches_equal_peft_merged_models(
     for prompt, lora, got, want in zip(PROMPTS, loras, outputs, expected, strict=True):
         assert_same_greedy(references[lora], prompt, got, want)
     assert (preemptions > 0) == (num_blocks < 512)
+
+
+@pytest.mark.parametrize("quantization", ["int4", "int8"])
+def test_adapters_on_a_quantized_base(quantization: str, tmp_path: Path) -> None:
+    """The delta goes on top of integer layers. On int4's block kernels (as on the
+    default GGUF's) no row's output depends on the batch, with the LoRA kernel too:
+    every request gets the same tokens mixed with other adapters' as alone."""
+    base = tiny_model(LlamaConfig)
+    folders = adapters(base, tmp_path)
+    runner = runner_with(base, folders, cpp=True, num_blocks=512, quantization=quantization)
+    loras = [LORAS[i % 3] for i in range(len(PROMPTS))]
+    mixed, _ = run_all(runner, PROMPTS, loras=loras)
+    plain, _ = run_all(runner, PROMPTS)
+    changed = [mixed[i] != plain[i] for i, lora in enumerate(loras) if lora is not None]
+    assert sum(changed) > len(changed) // 2
+    if quantization == "int4":
+        for lora in LORAS:
+            mine = [i for i, other in enumerate(loras) if other == lora]
+            alone, _ = run_all(runner, [PROMPTS[i] for i in mine], loras=[lora] * len(mine))
+            assert alone == [mixed[i] for i in mine]
 
 
 def test_adapters_change_the_output(tmp_path: Path) -> None:
