@@ -18,7 +18,7 @@ from torch import nn
 from atom.model.forward.attention import KernelDecode, StepMeta
 from atom.model.forward.kernels import ProjectionKind
 
-STACK_ROWS = 4  # decode steps of up to this many tokens run as one DecodeStack call
+STACK_ROWS = 64  # decode steps of up to this many tokens run as one DecodeStack call
 
 
 class TorchOps:
