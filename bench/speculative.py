@@ -202,6 +202,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, nargs="+", default=[3], help="num_speculative_tokens")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     p.add_argument("--lookup", type=int, nargs=2, default=[2, 4], help="prompt_lookup min max")
+    p.add_argument("--model", help="served model (default: the default model)")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()

@@ -30,7 +30,7 @@ from atom.model.forward.attention import (
     attend_written,
 )
 from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack
-from atom.model.lora.mixing import LoraStep
+from atom.model.lora.mixing import KernelRows, LoraStep
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 IMPLEMENTATIONS = ("auto", "atom", "transformers")
@@ -157,7 +157,9 @@ class LlamaForward(nn.Module):
     def _decode_stack(self, meta: StepMeta, num_tokens: int) -> DecodeStack | None:
         """The one-call path for this step, when it is a kernel decode of few rows. Built
         at the first such step, after `--quantization` has swapped the projections."""
-        if not self.use_decode_stack or meta.prefills or meta.lora is not None:
+        if not self.use_decode_stack or meta.prefills:
+            return None
+        if meta.lora is not None and not isinstance(meta.lora.rows, KernelRows):
             return None
         if not isinstance(meta.decode, KernelDecode):
             return None

@@ -8,7 +8,7 @@ kernels module (`atom.model.forward.kernels`) has the same three functions as si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from torch import nn
 
 from atom.model.forward.attention import KernelDecode, StepMeta
 from atom.model.forward.kernels import ProjectionKind
+from atom.model.lora.mixing import KernelRows, LoraStep
 
 STACK_ROWS = 64  # decode steps of up to this many tokens run as one DecodeStack call
 
@@ -69,10 +70,12 @@ class TorchOps:
 class DecodeStack:
     """The kernels' `DecodeStack` over a model's layers: a decode step of up to
     `max_rows` tokens through every layer in one call (the kernels in the order
-    `LlamaLayer.forward` calls them, without its Python)."""
+    `LlamaLayer.forward` calls them, without its Python), LoRA deltas included."""
 
     stack: Any
     max_rows: int
+    kernels: Any
+    lora_layers: list[object] = field(default_factory=list)  # the LoRA slots the stack has
 
     def run(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMeta
@@ -89,7 +92,23 @@ class DecodeStack:
             decode.block_tables,
             decode.seq_lens,
             decode.block_size,
+            None if meta.lora is None else self._lora_rows(meta.lora),
         )
+
+    def _lora_rows(self, lora: LoraStep) -> torch.Tensor:
+        """Each row's LoRA slot; the stack is given the slots' tensors once (they are
+        allocated once, at the first adapter)."""
+        assert isinstance(lora.rows, KernelRows)
+        if not self.lora_layers or self.lora_layers[0] is not lora.layers:
+            self.stack.set_lora(
+                [
+                    self.kernels.LoraSlotStack(s.a, s.b_t, s.cols, s.room)
+                    for layer in lora.layers
+                    for s in (layer[name] for name in ("qkv", "o", "gate_up", "down"))
+                ]
+            )
+            self.lora_layers[:] = [lora.layers]
+        return lora.rows.slots
 
 
 def decode_stack(model: Any) -> DecodeStack | None:
@@ -118,7 +137,7 @@ def decode_stack(model: Any) -> DecodeStack | None:
             layer.num_kv_heads,
             layer.scoring.scale,
         )
-    return DecodeStack(stack=stack, max_rows=STACK_ROWS)
+    return DecodeStack(stack=stack, max_rows=STACK_ROWS, kernels=kernels)
 
 
 def _projection(kernels: Any, linear: nn.Module) -> Any | None:

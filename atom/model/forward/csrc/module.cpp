@@ -24,9 +24,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           c10::optional<torch::Tensor>>(),
            pybind11::arg("kind"), pybind11::arg("weight"), pybind11::arg("scale"),
            pybind11::arg("bias"));
+  pybind11::class_<LoraSlotStack>(m, "LoraSlotStack", pybind11::module_local())
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, int64_t>(),
+           pybind11::arg("a"), pybind11::arg("b_t"), pybind11::arg("cols"),
+           pybind11::arg("room"));
   pybind11::class_<DecodeStack>(m, "DecodeStack", pybind11::module_local())
       .def(pybind11::init<>())
       .def("add_layer", &DecodeStack::add_layer)
+      .def("set_lora", &DecodeStack::set_lora)
       .def("run", &DecodeStack::run, release())
       .def_property_readonly("num_layers", &DecodeStack::num_layers);
 }

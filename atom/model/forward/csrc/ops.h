@@ -50,20 +50,31 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// Every decoder layer of ATOM's Llama-family forward (atom/model/forward/llama_forward.py) for decode
-// steps of up to 4 tokens, run in one call: the same kernels, in the same order, as
-// the Python layer, without ~40 Python-level calls a layer.
+// One projection's LoRA slots (atom/model/lora/mixing.py SlotStack): see lora_add.
+struct LoraSlotStack {
+  torch::Tensor a, b_t, cols;
+  int64_t room;
+};
+
+// Every decoder layer of ATOM's Llama-family forward (atom/model/forward/llama_forward.py) for a
+// decode step, run in one call: the same kernels, in the same order, as the Python
+// layer, without ~40 Python-level calls a layer.
 class DecodeStack {
  public:
   void add_layer(Projection qkv, Projection o, Projection gate_up, Projection down,
                  torch::Tensor input_norm, torch::Tensor post_norm, double eps, int64_t heads,
                  int64_t kv_heads, double scale);
+  // The LoRA slots of every layer, four a layer (qkv, o, gate_up, down), that a run
+  // given row slots adds the deltas of (as LlamaLayer._project does).
+  void set_lora(std::vector<LoraSlotStack> stacks);
   // x [T, hidden] is the residual stream, updated in place up to the last layer's
   // input; returns the last layer's delta (its MLP output), as the Python layers do.
+  // `lora_slots`: each row's LoRA slot (-1: none), with set_lora's stacks.
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                     const std::vector<torch::Tensor>& k_caches,
                     const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
-                    torch::Tensor block_tables, torch::Tensor seq_lens, int64_t block_size) const;
+                    torch::Tensor block_tables, torch::Tensor seq_lens, int64_t block_size,
+                    c10::optional<torch::Tensor> lora_slots) const;
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
 
  private:
@@ -75,4 +86,5 @@ class DecodeStack {
     double scale;
   };
   std::vector<Layer> layers_;
+  std::vector<LoraSlotStack> lora_;  // 4 a layer, or none
 };

@@ -22,28 +22,45 @@ void DecodeStack::add_layer(Projection qkv, Projection o, Projection gate_up, Pr
                           kv_heads, scale});
 }
 
+void DecodeStack::set_lora(std::vector<LoraSlotStack> stacks) {
+  TORCH_CHECK(stacks.size() == 4 * layers_.size(), "DecodeStack: 4 LoRA stacks a layer");
+  lora_ = std::move(stacks);
+}
+
 torch::Tensor DecodeStack::run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                                const std::vector<torch::Tensor>& k_caches,
                                const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
                                torch::Tensor block_tables, torch::Tensor seq_lens,
-                               int64_t block_size) const {
+                               int64_t block_size, c10::optional<torch::Tensor> lora_slots) const {
   TORCH_CHECK(!layers_.empty() && k_caches.size() == layers_.size() &&
                   v_caches.size() == layers_.size(),
               "DecodeStack: one K and one V cache per layer");
+  TORCH_CHECK(!lora_slots.has_value() || !lora_.empty(), "DecodeStack: no LoRA stacks set");
   const int64_t tokens = x.size(0);
+  // The projection `which` (0 qkv, 1 o, 2 gate_up, 3 down) of layer i, with its LoRA.
+  auto project = [&](size_t i, int which, const Projection& p, const torch::Tensor& in) {
+    auto out = p(in);
+    if (lora_slots.has_value()) {
+      const LoraSlotStack& l = lora_[4 * i + which];
+      lora_add(out, in, l.a, l.b_t, l.cols, *lora_slots, l.room);
+    }
+    return out;
+  };
   c10::optional<torch::Tensor> delta;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     const auto& k_cache = k_caches[i];
     const auto& v_cache = v_caches[i];
     const int64_t head_dim = k_cache.size(2);
-    auto qkv = layer.qkv(add_rms_norm(x, delta, layer.input_norm, layer.eps));
+    auto qkv = project(i, 0, layer.qkv, add_rms_norm(x, delta, layer.input_norm, layer.eps));
     rope_write(qkv, cos, sin, k_cache, v_cache, slots, layer.heads, layer.kv_heads);
     auto q = qkv.view({tokens, -1, head_dim}).narrow(1, 0, layer.heads);
     auto attended = paged_decode(q, k_cache, v_cache, block_tables, seq_lens, block_size,
-                                 layer.scale, 0, 0.0);
-    auto h = add_rms_norm(x, layer.o(attended.view({tokens, -1})), layer.post_norm, layer.eps);
-    delta = layer.down(silu_mul(layer.gate_up(h)));
+                                 layer.scale, 0, 0.0)
+                        .view({tokens, -1});
+    auto h = add_rms_norm(x, project(i, 1, layer.o, attended), layer.post_norm, layer.eps);
+    auto gate_up = project(i, 2, layer.gate_up, h);
+    delta = project(i, 3, layer.down, silu_mul(gate_up));
   }
   return *delta;
 }
