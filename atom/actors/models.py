@@ -179,7 +179,14 @@ class Models:
         core = self.core(base, frozenset({ModelKind.GENERATE}), "/v1/load_lora_adapter")
         assert isinstance(core, EngineCore)
         card = await self.loras.load(core, name, path, replace=replace)
-        log.info("lora_loaded", lora=name, model=card.base, path=card.path, rank=card.rank)
+        log.info(
+            "lora_loaded",
+            lora=name,
+            model=card.base,
+            path=card.path,
+            rank=card.rank,
+            num_bytes=card.num_bytes,  # its host copy; device slots come on top
+        )
         return card
 
     async def unload_lora(self, name: str) -> LoraCard:
