@@ -1,8 +1,7 @@
 """Admin routes: load and unload models (llama.cpp's router mode) and LoRA adapters
 (vLLM's routes), new weights from disk (SGLang's route), sleep and wake-up (vLLM's),
-the prefix cache reset and profiling. With
-API keys they need a key, as every route does; without keys they are refused (403)
-unless `--enable-admin-routes`."""
+the prefix cache reset and profiling. With API keys they need a key, as every route
+does; without keys they are refused (403) unless `--enable-admin-routes`."""
 
 from __future__ import annotations
 
