@@ -7,6 +7,8 @@ from atom.events import (
     Envelope,
     Event,
     FinishReason,
+    LoraLoaded,
+    LoraUnloaded,
     PoolingFinished,
     PoolingInput,
     PoolingRequested,
@@ -99,3 +101,33 @@ def test_each_model_has_its_samples_under_one_header_per_family() -> None:
     assert 'atom:prompt_tokens_total{model_name="emb"} 3' in text
     assert 'atom:e2e_request_latency_seconds_count{model_name="emb"} 1' in text
     assert "atom:request_log_failures_total 0" in text
+
+
+def test_an_adapters_requests_count_for_its_base_and_show_in_lora_requests_info() -> None:
+    metrics = Metrics()
+    received = [
+        RequestReceived(request_id=rid, endpoint=Endpoint.CHAT, model=model, created=0)
+        for rid, model in (("a", "sql"), ("b", "chat-lora"), ("c", "m"))
+    ]
+    feed(metrics, [
+        (0.0, LoraLoaded(model="m", lora="sql", path="/a/sql", rank=8)),
+        (0.0, LoraLoaded(model="m", lora="chat-lora", path="/a/chat", rank=4)),
+        *((0.0, event) for event in received),
+        *((0.0, RequestAccepted(request_id=rid, prompt_ids=(1,), num_choices=1)) for rid in "abc"),
+        (0.1, RequestScheduled(request_id="a", num_running=1)),
+        (0.1, RequestScheduled(request_id="c", num_running=2)),
+    ])  # fmt: skip
+    m = metrics.model("m")
+    assert (m.num_running, m.num_waiting) == (2, 1)  # every request counts for the base
+    text = metrics.render(["m"], max_loras=2, now=5.0)
+    assert (
+        'atom:lora_requests_info{model_name="m",max_lora="2",running_lora_adapters="sql",'
+        'waiting_lora_adapters="chat-lora"} 5.0'
+    ) in text
+    feed(metrics, [
+        (0.2, RequestReleased(request_id="a", was_scheduled=True)),
+        (0.2, RequestReleased(request_id="b", was_scheduled=False)),
+        (0.3, LoraUnloaded(model="m", lora="sql")),
+    ])  # fmt: skip
+    assert 'running_lora_adapters="",waiting_lora_adapters=""' in metrics.render(["m"], max_loras=2)
+    assert "lora_requests_info" not in metrics.render(["m"])  # --enable-lora off
