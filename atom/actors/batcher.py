@@ -125,11 +125,6 @@ class Batcher(ModelState):
             num_queued_requests=len(self._queue),
             num_runner_seqs=self._runner.num_sequences(),
             num_steps=self._num_steps,
-            running_loras=frozenset(self._scheduler.running_loras()),
-            waiting_loras=frozenset(
-                {q.submit.lora for q in self._queue if q.submit.lora is not None}
-                | self._scheduler.waiting_loras()
-            ),
         )
 
     # --- the loop ----------------------------------------------------------------

@@ -22,8 +22,6 @@ class BatcherStatistics:
     num_queued_requests: int
     num_runner_seqs: int
     num_steps: int
-    running_loras: frozenset[str] = frozenset()  # adapters of sequences in the batch
-    waiting_loras: frozenset[str] = frozenset()  # adapters of requests not yet running
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,8 +36,8 @@ _KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+_proj)\.lora_([AB])\.w
 
 @dataclass(frozen=True, slots=True)
 class FusedLora:
-    """One fused projection's adapter: delta = ((x @ a.T) @ b.T) * scale, the order of
-    PEFT's own `lora_B(lora_A(x)) * scaling`, so each part's delta has PEFT's bits."""
+    """One fused projection's adapter: delta = ((x @ a.T) @ b.T) * scale (the device
+    slots fold `scale` into B, atom/model/lora/mixing.py)."""
 
     a: torch.Tensor  # [rank of every part together, in_features]
     b: torch.Tensor  # [out_features of the fused projection, rank of every part]
@@ -45,9 +45,6 @@ class FusedLora:
 
     def to(self, device: torch.device | str) -> FusedLora:
         return FusedLora(self.a.to(device), self.b.to(device), self.scale.to(device))
-
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x @ self.a.T) @ self.b.T) * self.scale
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

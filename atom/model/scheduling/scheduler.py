@@ -324,10 +324,6 @@ class Scheduler:
         """The adapters of the sequences that hold blocks (running, maybe mid-prompt)."""
         return {s.lora for s in self._seqs.values() if s.has_blocks and s.lora is not None}
 
-    def waiting_loras(self) -> set[str]:
-        """The adapters of the sequences admitted but not yet given blocks."""
-        return {s.lora for s in self._seqs.values() if not s.has_blocks and s.lora is not None}
-
     # --- results -------------------------------------------------------------------
 
     def update(self, plan: StepPlan, sampled: Mapping[str, tuple[Sampled, ...]]) -> list[SeqOutput]:
