@@ -40,6 +40,12 @@ class Settings:
     default_chat_template_kwargs: str | None = None  # a JSON object
     exclude_tools_when_tool_choice_none: bool = False
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
+    allowed_local_media_path: str | None = None  # file:// images only under this folder
+    allowed_media_domains: tuple[str, ...] = ()  # hosts images may be fetched from ("*": any)
+    limit_mm_per_prompt: str | None = None  # vLLM's JSON object, e.g. {"image": 4}
+    media_fetch_timeout: float = 5.0  # seconds an image fetch may take
+    max_media_bytes: int = 20 * 1024 * 1024  # a larger image is a 400
+    max_image_pixels: int = 4096 * 4096  # a larger image is a 400, refused before decoding
     max_queued_requests: int = 256
     scheduling_policy: str = "fcfs"  # or "priority": a request's priority orders admission
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
@@ -133,6 +139,14 @@ HELP = {
     "default_chat_template_kwargs": "JSON object of chat-template variables",
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "trust_request_chat_template": "accept a chat_template (Jinja) in a request",
+    "allowed_local_media_path": "file:// image URLs are read only under this folder "
+    "(default: refused)",
+    "allowed_media_domains": "hosts http(s) image URLs may be fetched from, a JSON list or "
+    'comma-separated; ["*"] allows any (default: refused)',
+    "limit_mm_per_prompt": 'images one prompt may hold, vLLM\'s JSON: {"image": 4} (default 8)',
+    "media_fetch_timeout": "seconds an http(s) image fetch may take",
+    "max_media_bytes": "largest image file accepted, in bytes",
+    "max_image_pixels": "largest image accepted, width x height",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "scheduling_policy": "fcfs (arrival order) or priority (a request's priority, then arrival)",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",

@@ -24,6 +24,7 @@ from atom.event_base import Event as Event
 from atom.event_base import RequestEvent
 from atom.event_base import event_class as event_class
 from atom.event_base import tagged as _tagged
+from atom.images import ImageRef, PromptImage
 from atom.plan import Endpoint, PoolingPlan, RequestPlan, SamplingParams
 
 
@@ -82,6 +83,9 @@ class Submit(RequestEvent):
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
     priority: int = 0  # lower is admitted first and preempted last (policy "priority")
     lora: str | None = None  # the LoRA adapter that answers (None: the base model)
+    # The first prompt's images, with their pixels: the one field of a command that is
+    # not plain data. Submit is never logged; RequestAccepted logs their ImageRefs.
+    images: tuple[PromptImage, ...] = ()
 
     @property
     def prompts(self) -> tuple[tuple[int, ...], ...]:
@@ -128,6 +132,7 @@ class RequestAccepted(RequestEvent):
     num_choices: int
     more_prompt_ids: tuple[tuple[int, ...], ...] = ()
     params: SamplingParams | None = None
+    images: tuple[ImageRef, ...] = ()  # the first prompt's images: hashes, sizes, tokens
 
     @property
     def prompts(self) -> tuple[tuple[int, ...], ...]:

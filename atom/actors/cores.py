@@ -14,6 +14,7 @@ from atom.model.catalog import ModelKind
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
+from atom.model.vision.prompter import ImagePrompter
 from atom.responses_store import ResponsesStore
 
 
@@ -37,6 +38,7 @@ class EngineCore:
     # A PEFT folder read for this model (Runtime.read_lora); None: it cannot apply adapters.
     read_lora: Callable[[str, str], LoraAdapter] | None = None
     lora: str | None = None  # set on the core a request naming an adapter gets (Models.core)
+    images: ImagePrompter | None = None  # a vision-language model's (Runtime's); None: text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,6 +61,7 @@ def make_actor(
         sse_ping_interval_s=parts.settings.sse_ping_interval,
         stream_stall_timeout_s=parts.settings.stream_stall_timeout,
         read_lora=loaded.read_lora,
+        images=loaded.images,
     )
     return batcher, core
 

@@ -134,6 +134,7 @@ class RequestActor:
             prompt_ids=submit.prompt_ids,
             more_prompt_ids=submit.more_prompt_ids,
             num_choices=submit.total_choices,
+            images=tuple(image.ref for image in submit.images),
         )
         await self._emit(accepted)
         to_writer, from_choices = trio.open_memory_channel[Event](math.inf)

@@ -12,6 +12,7 @@ from typing import Any
 from atom.config import Settings
 from atom.errors import InvalidRequest
 from atom.http.schemas import SamplingBody
+from atom.images import PromptImage
 from atom.plan import ReasoningBudget, RequestPlan, ResponseShape
 from atom.text.parsers import opens_reasoning, reasoning_format
 
@@ -22,6 +23,7 @@ class Planned:
     prompts: tuple[tuple[int, ...], ...]  # token ids, one entry per prompt
     cache_salt: str | None = None
     priority: int = 0  # lower is admitted first (--scheduling-policy priority)
+    images: tuple[PromptImage, ...] = ()  # the first prompt's images (a vision model's)
 
     def reshaped(self, **changes: Any) -> Planned:
         """The same plan with other response-shape fields (an API planned as chat)."""
@@ -30,7 +32,11 @@ class Planned:
 
 
 def planned(
-    settings: Settings, body: SamplingBody, plan: RequestPlan, prompts: tuple[tuple[int, ...], ...]
+    settings: Settings,
+    body: SamplingBody,
+    plan: RequestPlan,
+    prompts: tuple[tuple[int, ...], ...],
+    images: tuple[PromptImage, ...] = (),
 ) -> Planned:
     """The plan with its prompts and the body's scheduling hints (cache salt, priority);
     a priority other than 0 needs `--scheduling-policy priority` (a 400, as vLLM)."""
@@ -39,7 +45,13 @@ def planned(
             "priority needs the server started with --scheduling-policy priority",
             param="priority",
         )
-    return Planned(plan=plan, prompts=prompts, cache_salt=body.cache_salt, priority=body.priority)
+    return Planned(
+        plan=plan,
+        prompts=prompts,
+        cache_salt=body.cache_salt,
+        priority=body.priority,
+        images=images,
+    )
 
 
 def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bool) -> None:

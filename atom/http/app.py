@@ -37,6 +37,7 @@ from atom.http.body import read_body
 from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
+from atom.http.media import MediaPolicy
 from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
 
@@ -141,6 +142,7 @@ def create_app(
     """The server. With `on_drained` (the served app's is `exit_drained`), SIGTERM and
     SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
     check_parser_names(settings)
+    MediaPolicy.of(settings)  # a bad --limit-mm-per-prompt fails the start-up
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams

@@ -23,10 +23,13 @@ from atom.http.adapter import (
     reasoning_end_ids,
     reasoning_opened,
 )
+from atom.http.images import ImageSource, image_prompt
+from atom.http.media import MediaPolicy
 from atom.http.prompts import check_prompt_size, truncated
 from atom.http.sampling import Asked, sampling_params
-from atom.http.schemas import ChatCompletionRequest, NamedToolChoice
+from atom.http.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from atom.http.structured import constraint_of
+from atom.images import PromptImage
 from atom.plan import Endpoint, RequestPlan, ResponseShape, SamplingParams, TextPlan, ToolPlan
 from atom.text import constraints
 from atom.text.parsers import SPECIAL_TOKEN_PARSERS, reasoning_format, tool_format
@@ -81,7 +84,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
     check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
     check_controls(settings, body)
     tools = _tools(settings, body)
-    prompt = _render(core.tokenizer, body, tools)
+    prompt, images = _render(settings, core, body, tools)
     constraint = tools.grammar or constraint_of(body)
     if body.top_logprobs and not body.logprobs:
         raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
@@ -98,7 +101,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
     params = _params(settings, core, body, asked, tools, constraint, starts_open)
     text = _text_plan(settings, body, tools, starts_open)
     request_plan = RequestPlan(shape=shape, text=text, params=params)
-    return planned(settings, body, request_plan, (prompt.ids,))
+    return planned(settings, body, request_plan, (prompt.ids,), images=images)
 
 
 def _params(
@@ -152,31 +155,70 @@ def prompt_ids(
     settings: Settings, core: EngineCore, body: ChatCompletionRequest
 ) -> tuple[int, ...]:
     """The prompt the template renders for this body, tools included (count_tokens)."""
-    ids: tuple[int, ...] = _render(core.tokenizer, body, _tools(settings, body)).ids
+    prompt, _ = _render(settings, core, body, _tools(settings, body))
+    ids: tuple[int, ...] = prompt.ids
     return ids
 
 
-def _render(tokenizer: Any, body: ChatCompletionRequest, tools: _Tools) -> Any:
-    for m_idx, message in enumerate(body.messages):
-        part_idx = message.image_part_idx()
-        if part_idx is not None:
-            param = f"messages.{m_idx}.content.{part_idx}"
-            raise InvalidRequest(
-                f"{param}: this model takes text only; image_url parts need a vision model",
-                param=param,
-            )
-    messages = [m.as_template_message() for m in body.messages]
+def _render(
+    settings: Settings, core: EngineCore, body: ChatCompletionRequest, tools: _Tools
+) -> Any:
+    """The prompt (truncated as asked) and its images."""
+    ids, images = conversation_prompt(
+        settings,
+        core,
+        body.messages,
+        tools=tools.for_template,
+        template_kwargs=tools.template_kwargs,
+        controls=_controls(body),
+    )
+    if images and body.truncate_prompt_tokens is not None:
+        raise InvalidRequest(
+            "truncate_prompt_tokens cannot cut a prompt that holds images",
+            param="truncate_prompt_tokens",
+        )
+    return truncated(core.tokenizer, body.truncate_prompt_tokens, ids, None), images
+
+
+def conversation_prompt(
+    settings: Settings,
+    core: EngineCore,
+    messages: list[ChatMessage],
+    *,
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    controls: TemplateControls,
+) -> tuple[tuple[int, ...], tuple[PromptImage, ...]]:
+    """Chat messages rendered by the template (a vision model's processor template, its
+    images read and expanded: atom/http/images.py); 400s name the field."""
+    sources = [
+        ImageSource(url=url, param=f"messages.{m_idx}.content.{p_idx}")
+        for m_idx, message in enumerate(messages)
+        for p_idx, url in message.image_urls()
+    ]
+    vision = core.images is not None
+    rendered = [m.as_template_message(parts=vision) for m in messages]
+    if vision or sources:
+        return image_prompt(
+            core,
+            MediaPolicy.of(settings),
+            rendered,
+            sources,
+            tools=tools,
+            template_kwargs=template_kwargs,
+            controls=controls,
+        )
     try:
         ids = render_chat(
-            tokenizer,
-            messages,
-            tools=tools.for_template,
-            template_kwargs=tools.template_kwargs,
-            controls=_controls(body),
+            core.tokenizer,
+            rendered,
+            tools=tools,
+            template_kwargs=template_kwargs,
+            controls=controls,
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="messages") from None
-    return truncated(tokenizer, body.truncate_prompt_tokens, ids, None)
+    return ids, ()
 
 
 def check_controls(settings: Settings, body: ChatCompletionRequest) -> None:

@@ -157,6 +157,7 @@ class Adapter(Generic[B]):
             cache_salt=planned.cache_salt,
             priority=planned.priority,
             lora=core.lora,
+            images=planned.images,
         )
         return core, GenerationRequest(received=received, plan=planned.plan, submit=submit)
 

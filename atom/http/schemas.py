@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from atom.text.prompt import IMAGE_PART
+
 # Fields OpenAI clients send routinely that do not change generation: accepted, ignored.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
 
@@ -71,15 +73,27 @@ class ChatMessage(_Body):
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
 
-    def image_part_idx(self) -> int | None:
-        """The index of the first image part, if any (text-only models refuse them)."""
+    def image_urls(self) -> list[tuple[int, str]]:
+        """(part index, URL) of each image part, in order."""
         parts = self.content if isinstance(self.content, list) else []
-        return next((i for i, p in enumerate(parts) if isinstance(p, ImagePart)), None)
+        return [(i, p.image_url.url) for i, p in enumerate(parts) if isinstance(p, ImagePart)]
 
-    def as_template_message(self) -> dict[str, Any]:
-        """The message as chat templates expect it; tool-call arguments as objects."""
-        content = self.content
-        if isinstance(content, list):
+    def as_template_message(self, *, parts: bool = False) -> dict[str, Any]:
+        """The message as chat templates expect it; tool-call arguments as objects. With
+        `parts` (a vision model's templates) the content is a list of text parts and
+        IMAGE_PART entries; else its text parts joined."""
+        content: Any = self.content
+        if parts:
+            given = (
+                content
+                if isinstance(content, list)
+                else [TextPart(type="text", text=content or "")]
+            )
+            content = [
+                IMAGE_PART if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
+                for p in given
+            ]
+        elif isinstance(content, list):
             content = "".join(part.text for part in content if isinstance(part, TextPart))
         message: dict[str, Any] = {"role": self.role, "content": content or ""}
         if self.name is not None:

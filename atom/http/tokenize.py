@@ -14,11 +14,11 @@ from atom.errors import InvalidRequest
 from atom.http import messages
 from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import request_json
-from atom.http.chat import default_template_kwargs
+from atom.http.chat import conversation_prompt, default_template_kwargs
 from atom.http.errors import parse
 from atom.http.prompts import check_prompt_size
 from atom.http.schemas import DetokenizeRequest, TokenizeRequest
-from atom.text.prompt import encode_text, render_chat
+from atom.text.prompt import TemplateControls, encode_text
 from atom.wire import dumps
 
 
@@ -58,11 +58,15 @@ def _token_ids(settings: Settings, core: EngineCore, body: TokenizeRequest) -> t
         check_prompt_size(num_chars, core.max_prompt_chars, param="messages")
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
         kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
-        messages = [m.as_template_message() for m in body.messages]
-        try:
-            return render_chat(core.tokenizer, messages, tools=tools, template_kwargs=kwargs)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), param="messages") from None
+        ids, _ = conversation_prompt(
+            settings,
+            core,
+            body.messages,
+            tools=tools or None,
+            template_kwargs=kwargs,
+            controls=TemplateControls(),
+        )
+        return ids
     if body.prompt is not None:
         check_prompt_size(len(body.prompt), core.max_prompt_chars, param="prompt")
         return encode_text(core.tokenizer, body.prompt, add_special_tokens=body.add_special_tokens)

@@ -1,15 +1,8 @@
-"""Weight loading: a local HF folder, a single GGUF file, or the embedded default model.
-
-GGUF weights are dequantized by transformers (slow: ~15 s for the default model),
-so the first load saves a safetensors copy under the cache dir; later loads
-read that copy in well under a second.
-"""
+"""Weight loading: a local HF folder, a single GGUF file (through its dequantized copy,
+atom/model/gguf_folder.py), or an embedded model."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -25,10 +18,12 @@ from atom.model.catalog import (
     first_generation_model,
     resolve_source,
 )
+from atom.model.gguf_folder import local_folder as local_folder
 from atom.model.runner import Runtime
 
 if TYPE_CHECKING:
     from atom.model.lora.adapter import LoraAdapter
+    from atom.model.vision.loading import VisionParts
 from atom.progress import progress, quiet_library_bars
 
 log = structlog.get_logger(__name__)
@@ -40,6 +35,18 @@ class LoadedModel:
     tokenizer: Any
     source: str
     max_model_len: int
+    processor: Any = None  # a vision-language model's (atom/model/vision)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Built:
+    """A model ready to serve: what was loaded, the forward over it, the form each
+    layer kind took, and a vision-language model's vision half."""
+
+    loaded: LoadedModel
+    model: Any
+    forms: dict[str, str]
+    vision: VisionParts | None = None
 
 
 def default_model_path() -> Path:
@@ -60,16 +67,19 @@ def load_model(
 ) -> LoadedModel:
     """Load weights and tokenizer onto `device`. Cost: seconds; call it off the event loop."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from atom.model.vision.loading import read_model
 
     source = resolve_source(model)
     folder = local_folder(source, cache_dir)
     quiet_library_bars()
     with progress("weights_load", expected_s=_expected_load_s(folder)):
-        hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-    hf_model = hf_model.to(device).eval()  # type: ignore[arg-type]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    limit = int(getattr(hf_model.config, "max_position_embeddings", 2048))
+        hf_model, processor = read_model(folder, dtype)
+    hf_model = hf_model.to(device).eval()
+    tokenizer = processor.tokenizer if processor else AutoTokenizer.from_pretrained(folder)
+    text_config = hf_model.config.get_text_config()
+    limit = int(getattr(text_config, "max_position_embeddings", 2048))
     if max_model_len is not None and max_model_len > limit:
         raise ValueError(f"--max-model-len {max_model_len} exceeds the model's limit of {limit}")
     torch.set_grad_enabled(False)
@@ -78,6 +88,7 @@ def load_model(
         tokenizer=tokenizer,
         source=str(source),
         max_model_len=max_model_len or limit,
+        processor=processor,
     )
 
 
@@ -85,67 +96,6 @@ def _expected_load_s(folder: Path, bytes_per_s: float = 4e8) -> float:
     """About how long reading the folder's weights takes (measured ~0.4 GB/s here)."""
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     return max(1.0, round(size / bytes_per_s))
-
-
-def local_folder(source: Path, cache_dir: str) -> Path:
-    if source.is_dir():
-        return source
-    if source.suffix != ".gguf":
-        raise FileNotFoundError(f"model not found: {source} (a folder or a .gguf file)")
-    folder = Path(cache_dir) / f"{source.stem}-{_content_key(source)}"
-    if not (folder / "model.safetensors").exists():
-        with progress("gguf_dequantization", expected_s=40):
-            _dequantize(source, folder)
-        _drop_older_copies(folder)
-    return folder
-
-
-def _content_key(gguf: Path, edge_bytes: int = 1 << 20) -> str:
-    """A key for the file's content, not its path or time: a reinstall of the same
-    package (a new mtime) finds its copy. The size and the first and last MiB are
-    hashed, which tells GGUF files apart (their header names every tensor)."""
-    digest = hashlib.sha256(str(gguf.stat().st_size).encode())
-    with open(gguf, "rb") as f:
-        digest.update(f.read(edge_bytes))
-        f.seek(max(0, gguf.stat().st_size - edge_bytes))
-        digest.update(f.read(edge_bytes))
-    return digest.hexdigest()[:16]
-
-
-def _drop_older_copies(folder: Path) -> None:
-    """Remove other dequantized copies of a file of the same name (an older version or
-    the earlier mtime-keyed folders): each is the size of the float32 model."""
-    stem = folder.name.rsplit("-", 1)[0]
-    for other in folder.parent.glob(f"{stem}-*"):
-        is_copy = re.fullmatch(r"[0-9a-f]{16}|\d+-\d+", other.name[len(stem) + 1 :])
-        if other != folder and is_copy and (other / "model.safetensors").exists():
-            log.info("dequantized_copy_removed", folder=str(other))
-            shutil.rmtree(other, ignore_errors=True)
-
-
-def _dequantize(gguf: Path, folder: Path) -> None:
-    import torch
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder), expected_s="20-60")
-    tmp = folder.with_name(folder.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    hf_model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    config = hf_model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # the copy holds plain float weights
-    config.save_pretrained(tmp)
-    hf_model.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    save_model(hf_model, str(tmp / "model.safetensors"))
-    try:
-        tmp.rename(folder)  # atomic: a crash mid-way never leaves a half copy in place
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
 
 
 def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
@@ -167,7 +117,8 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
     # under `auto`, the source GGUF's tensor types decide each layer's form, for these
     # weights and for any loaded later in their place (update_weights_from_disk, wake-up)
     types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
-    loaded, model, forms = _forward_model(settings, source, device, dtype_name, ops, types)
+    built = _forward_model(settings, source, device, dtype_name, ops, types)
+    loaded, model, forms = built.loaded, built.model, built.forms
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
@@ -183,6 +134,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
         lora_kernel=None if ops is None else ops.lora_add,
+        vision=None if built.vision is None else built.vision.encoder,
     )
     description = {
         "source": loaded.source,
@@ -193,6 +145,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
+        **({"vision": "on"} if built.vision else {}),
     }
     log.info("model_loaded", **description)
     return Runtime(
@@ -201,10 +154,12 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         tokenizer=loaded.tokenizer,
         max_model_len=loaded.max_model_len,
         precompile=runner.grammars.compile,
-        load_weights=partial(
-            _load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)
-        ),
-        read_lora=_lora_reader(settings, model),
+        # a vision model's weights are not replaced live: its encoder would keep the old
+        load_weights=None
+        if built.vision
+        else partial(_load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)),
+        read_lora=None if built.vision else _lora_reader(settings, model),
+        images=None if built.vision is None else built.vision.prompter,
     )
 
 
@@ -238,7 +193,7 @@ def _load_weights(
     /update_weights_from_disk, a wake-up after a level-2 sleep), each layer in the form
     the served one has; ValueError unless every tensor has the served model's name,
     shape and dtype."""
-    _, model, _ = _forward_model(settings, path, device, dtype_name, ops, gguf_types)
+    model = _forward_model(settings, path, device, dtype_name, ops, gguf_types).model
     check_same_tensors(tensor_shapes(model), served)
     return model
 
@@ -250,7 +205,7 @@ def _forward_model(
     dtype_name: str,
     ops: Any,
     gguf_types: dict[str, str] | None,
-) -> tuple[LoadedModel, Any, dict[str, str]]:
+) -> Built:
     """The weights at `source` loaded, behind ATOM's forward and quantized as `settings`
     say (`gguf_types`: what `auto` follows); with the form each layer kind took."""
     import torch
@@ -258,6 +213,7 @@ def _forward_model(
     from atom.model.forward.blocks import embedding_from_head
     from atom.model.forward.llama_forward import LlamaForward, own_forward
     from atom.model.forward.quantization import quantize
+    from atom.model.vision.loading import vision_forward
 
     loaded = load_model(
         source,
@@ -266,13 +222,17 @@ def _forward_model(
         dtype=getattr(torch, dtype_name),
         max_model_len=settings.max_model_len,
     )
-    model = own_forward(loaded.model, settings.model_impl, kernels=ops)
+    vision = None
+    if loaded.processor is None:
+        model = own_forward(loaded.model, settings.model_impl, kernels=ops)
+    else:
+        model, vision = vision_forward(loaded.model, loaded.processor, settings.model_impl, ops)
     forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=gguf_types)
     if forms:
         if isinstance(model, LlamaForward):  # a tied Q8_0 table: one copy, the blocks
             model.embed_tokens = embedding_from_head(model.embed_tokens, model.lm_head)
         _own_storage(model, loaded.model)
-    return loaded, model, forms
+    return Built(loaded=loaded, model=model, forms=forms, vision=vision)
 
 
 def _own_storage(model: Any, source: Any) -> None:

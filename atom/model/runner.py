@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atom.events import SamplingParams, TokenLogprobs
+from atom.images import PromptImage
 
 if TYPE_CHECKING:
     from atom.model.lora.adapter import LoraAdapter
+    from atom.model.vision.prompter import ImagePrompter
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +56,7 @@ class SeqChunk:
     prompt_ids: tuple[int, ...] = ()  # filled only when params.needs_history
     output_ids: tuple[int, ...] = ()  # likewise
     lora: str | None = None  # the LoRA adapter the sequence runs with (None: the base model)
+    images: tuple[PromptImage, ...] = ()  # the prompt's images with placeholders in this chunk
 
     @property
     def draft_ids(self) -> tuple[int, ...]:
@@ -139,3 +142,5 @@ class Runtime:
     # A PEFT LoRA folder read for this model, as (name, path) → LoraAdapter (ValueError
     # when it does not fit); None when the model's forward cannot apply adapters.
     read_lora: Callable[[str, str], LoraAdapter] | None = None
+    # A vision-language model's prompt builder (conversations with images); None: text only.
+    images: ImagePrompter | None = None

@@ -24,6 +24,8 @@ from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
 from atom.model.sampling.sampler import prompt_logprobs, sample
+from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.placement import ImageRows
 
 
 def _trace_range(name: str) -> AbstractContextManager[object]:
@@ -62,7 +64,9 @@ class TorchRunner:
         max_loras: int = 1,
         max_lora_rank: int = 16,
         lora_kernel: Callable[..., None] | None = None,
+        vision: VisionEncoder | None = None,
     ) -> None:
+        """`vision`: a vision-language model's encoder (chunks with images need one)."""
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
         self.eos_token_ids = eos_token_ids
@@ -80,6 +84,7 @@ class TorchRunner:
         self.grammars = GrammarMatchers(tokenizer)
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
         self.loras = LoraSlots(max_loras, max_lora_rank, self._device, lora_kernel)
+        self._images = None if vision is None else ImageRows(vision)
 
     def _allocate_kv_cache(self) -> None:
         self.kv_cache: torch.Tensor | None = torch.zeros(
@@ -219,8 +224,18 @@ class TorchRunner:
             use_cache=False,
             logits_to_keep=torch.tensor(wanted, dtype=torch.long, device=self._device),
             step_meta=self._meta(chunks),
+            **self._image_embeds(chunks),
         )
         return out.logits[0]
+
+    def _image_embeds(self, chunks: tuple[SeqChunk, ...]) -> dict[str, Any]:
+        """The forward's `image_embeds` argument when the step holds image placeholders."""
+        if self._images is None:
+            if any(chunk.images for chunk in chunks):
+                raise ValueError("this model reads no images")
+            return {}
+        embeds = self._images.embeds(chunks)
+        return {} if embeds is None else {"image_embeds": embeds}
 
     def _meta(self, chunks: tuple[SeqChunk, ...]) -> StepMeta:
         dev, bs = self._device, self.block_size
@@ -299,6 +314,8 @@ class TorchRunner:
     def release(self, seq_id: str) -> None:
         self._generators.pop(seq_id, None)
         self.grammars.release(seq_id)
+        if self._images is not None:
+            self._images.release(seq_id)
 
     def num_sequences(self) -> int:
         return len(self._generators)

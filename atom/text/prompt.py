@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+IMAGE_PART = {"type": "image"}  # an image's place in a template message's content list
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TemplateControls:

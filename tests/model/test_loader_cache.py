@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from atom.model.loader import _content_key, _drop_older_copies
+from atom.model.gguf_folder import _content_key, _drop_older_copies
 
 
 def test_the_same_content_gets_the_same_key_whatever_its_time_or_place(tmp_path: Path) -> None:

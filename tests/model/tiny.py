@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from atom.config import Settings
 from atom.events import SamplingParams, Submit
+from atom.images import PromptImage
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner, StepPlan
@@ -124,10 +125,11 @@ def run_all(
     speculation: SpeculativeConfig | None = None,
     loras: list[str | None] | None = None,
     max_loras: int = 4,
+    images: list[tuple[PromptImage, ...]] | None = None,
 ) -> tuple[list[list[int]], int]:
     """Drive the runner through the Scheduler until every prompt has its output (prompt
-    i with adapter `loras[i]`, when given); returns the outputs and the number of
-    preemptions."""
+    i with adapter `loras[i]` and images `images[i]`, when given); returns the outputs
+    and the number of preemptions."""
     kv = KVCacheManager(
         num_blocks=runner.num_blocks, block_size=BLOCK, enable_prefix_caching=prefix
     )
@@ -142,7 +144,11 @@ def run_all(
     )
     for i, prompt in enumerate(prompts):
         lora = loras[i] if loras else None
-        scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=params, lora=lora))
+        pictures = images[i] if images else ()
+        submit = Submit(
+            request_id=str(i), prompt_ids=prompt, params=params, lora=lora, images=pictures
+        )
+        scheduler.add(submit)
     outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     num_preemptions = 0
     while scheduler.num_seqs:

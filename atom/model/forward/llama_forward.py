@@ -38,7 +38,7 @@ IMPLEMENTATIONS = ("auto", "atom", "transformers")
 
 def unsupported_reason(model: Any) -> str | None:
     """Why this forward cannot stand in for `model` (None: it can)."""
-    name = type(model).__name__
+    name = getattr(model, "text_architecture", type(model).__name__)  # a TextView's
     if name not in ARCHITECTURES:
         return f"{name} has no ATOM implementation"
     config = model.config
@@ -180,10 +180,16 @@ class LlamaForward(nn.Module):
         position_ids: torch.Tensor,
         logits_to_keep: torch.Tensor,
         step_meta: StepMeta,
+        image_embeds: tuple[torch.Tensor, torch.Tensor] | None = None,
         **_: object,
     ) -> ForwardOutput:
-        """The runner's call: input_ids/position_ids [1, tokens]; logits of the kept rows."""
+        """The runner's call: input_ids/position_ids [1, tokens]; logits of the kept rows.
+        `image_embeds`: (rows, embeddings) replacing those rows' token embeddings (an
+        image's placeholders, atom/model/vision/placement.py)."""
         x = self.embed_tokens(input_ids[0])
+        if image_embeds is not None:
+            rows, values = image_embeds
+            x[rows] = values.to(x.dtype)
         cos, sin = self.rotary_emb(x, position_ids)
         cos, sin = cos[0].contiguous(), sin[0].contiguous()  # [tokens, dim]
         stack = self._decode_stack(step_meta, x.shape[0])

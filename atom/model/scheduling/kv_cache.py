@@ -2,7 +2,8 @@
 
 Pure bookkeeping (no torch): the runner owns the tensors, this owns which block
 holds what. A full block is keyed by a hash chain over its tokens (the first
-link also covers the request's cache salt and LoRA adapter), so a new sequence reuses the
+link also covers the request's cache salt and LoRA adapter, and a block holding an
+image's placeholders the image's hash), so a new sequence reuses the
 longest chain already cached. Freed blocks keep their hash and stay reusable
 until the free list hands them out again, least recently freed first.
 
@@ -27,12 +28,22 @@ class Block:
     hash: int | None = None
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, salt: Hashable) -> list[int]:
-    """The hash chain of every full block of `token_ids`."""
+Span = tuple[int, int, Hashable]  # (first position, end, key): an image in the prompt
+
+
+def block_hashes(
+    token_ids: Sequence[int], block_size: int, salt: Hashable, spans: Sequence[Span] = ()
+) -> list[int]:
+    """The hash chain of every full block of `token_ids`. A block that overlaps a span
+    (an image's placeholder tokens, atom/images.py) also hashes the span's key: the
+    same placeholders with another image behind them are another prefix."""
     hashes: list[int] = []
     parent: int | object = ("atom-kv", salt)
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        stop = start + block_size
+        link: tuple[object, ...] = (parent, tuple(token_ids[start:stop]))
+        keys = tuple(key for first, end, key in spans if first < stop and end > start)
+        parent = hash((*link, keys) if keys else link)
         hashes.append(parent)  # type: ignore[arg-type]
     return hashes  # type: ignore[return-value]
 
@@ -93,7 +104,9 @@ class KVCacheManager:
         self._stale.update(self._tables)
         return forgotten
 
-    def acquire_prefix(self, seq_id: str, token_ids: Sequence[int], salt: Hashable) -> int:
+    def acquire_prefix(
+        self, seq_id: str, token_ids: Sequence[int], salt: Hashable, spans: Sequence[Span] = ()
+    ) -> int:
         """Start `seq_id`'s table with the longest cached prefix; returns the cached token count.
 
         At least one token is always left to compute, so the step that finishes the
@@ -102,7 +115,8 @@ class KVCacheManager:
         table: list[int] = []
         if self.enable_prefix_caching:
             max_blocks = (len(token_ids) - 1) // self.block_size
-            for h in block_hashes(token_ids[: max_blocks * self.block_size], self.block_size, salt):
+            prefix = token_ids[: max_blocks * self.block_size]
+            for h in block_hashes(prefix, self.block_size, salt, spans):
                 block_id = self._cached.get(h)
                 if block_id is None:
                     break
@@ -129,7 +143,14 @@ class KVCacheManager:
             table.append(block_id)
         return True
 
-    def commit(self, seq_id: str, token_ids: Sequence[int], num_computed: int, salt: Hashable):
+    def commit(
+        self,
+        seq_id: str,
+        token_ids: Sequence[int],
+        num_computed: int,
+        salt: Hashable,
+        spans: Sequence[Span] = (),
+    ) -> None:
         """Register the blocks that `num_computed` tokens filled, for later prefix hits."""
         if not self.enable_prefix_caching or seq_id in self._stale:
             return
@@ -137,7 +158,7 @@ class KVCacheManager:
         num_full = min(num_computed // self.block_size, len(table))
         if num_full <= done:
             return
-        hashes = block_hashes(token_ids[: num_full * self.block_size], self.block_size, salt)
+        hashes = block_hashes(token_ids[: num_full * self.block_size], self.block_size, salt, spans)
         for idx in range(done, num_full):
             block = self._blocks[table[idx]]
             if block.hash is None and hashes[idx] not in self._cached:

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, TokenLogprobs
+from atom.images import PromptImage, spans
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, Span
 from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 
@@ -45,6 +46,7 @@ class Sequence:
     priority: int = 0  # with by_priority, lower is served first and preempted last
     num_draft_tokens: int | None = None  # how many to propose next: follows acceptance
     lora: str | None = None  # the LoRA adapter it runs with (None: the base model)
+    images: tuple[PromptImage, ...] = ()  # the prompt's images (atom/images.py)
 
     @property
     def num_output(self) -> int:
@@ -55,6 +57,12 @@ class Sequence:
         """What keeps its cached prefixes apart from others': the adapter (a hit never
         crosses adapters) and the request's cache salt."""
         return self.lora, self.cache_salt
+
+    @property
+    def prefix_spans(self) -> tuple[Span, ...]:
+        """The prompt's image spans: a block holding an image's placeholders is cached
+        under that image's hash too."""
+        return spans(self.images)
 
     @property
     def is_decoding(self) -> bool:
@@ -145,6 +153,7 @@ class Scheduler:
                 num_prompt_tokens=len(prompt),
                 priority=submit.priority,
                 lora=submit.lora,
+                images=submit.images if p_idx == 0 else (),
             )
             for p_idx, prompt in enumerate(submit.prompts)
             for j in range(n)
@@ -261,7 +270,7 @@ class Scheduler:
         if not seq.has_blocks:
             # Prompt logprobs need logits at every prompt position: no prefix hit.
             salt = (None, f"prompt-logprobs:{seq.seq_id}") if wants_prompt else seq.prefix_salt
-            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt)
+            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt, seq.prefix_spans)
             seq.has_blocks, seq.num_computed = True, num_cached
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = num_cached
@@ -318,6 +327,13 @@ class Scheduler:
             prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
             output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
             lora=seq.lora,
+            images=tuple(i for i in seq.images if i.positions[0] < end and i.end > start),
+        )
+
+    def _commit(self, seq: Sequence) -> None:
+        """Register the blocks the sequence's computed tokens filled (prefix cache)."""
+        self.kv.commit(
+            seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt, seq.prefix_spans
         )
 
     def running_loras(self) -> set[str]:
@@ -335,7 +351,7 @@ class Scheduler:
                 continue
             if not chunk.needs_sample:
                 seq.num_computed = chunk.start_pos + len(chunk.token_ids)
-                self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt)
+                self._commit(seq)
                 continue
             tokens = sampled[chunk.seq_id]
             output = self._append(seq, tokens, chunk.num_draft_tokens)
@@ -344,7 +360,7 @@ class Scheduler:
             computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
             seq.num_computed = min(computed + len(tokens) - 1, len(seq.token_ids) - 1)
             self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
-            self.kv.commit(seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt)
+            self._commit(seq)
             if output.finish_reason is not None:  # its blocks stay cached for later hits
                 self.remove(seq.seq_id)
             outputs.append(output)

@@ -1,0 +1,67 @@
+"""A conversation's prompt when its messages hold images: the images read within the
+media policy (atom/http/media.py), the chat rendered by the model's processor template,
+each image's placeholder expanded (atom/model/vision/prompter.py). Every endpoint that
+takes images (chat, Responses, Messages) plans through here."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from atom.actors.cores import EngineCore
+from atom.errors import InvalidRequest
+from atom.http.media import MediaPolicy, load_image
+from atom.images import PromptImage
+from atom.text.prompt import TemplateControls, render_chat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSource:
+    """An image a message points at: its URL and the request field that holds it."""
+
+    url: str
+    param: str
+
+
+def image_prompt(
+    core: EngineCore,
+    policy: MediaPolicy,
+    messages: Sequence[dict[str, Any]],
+    sources: Sequence[ImageSource],
+    *,
+    tools: Sequence[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    controls: TemplateControls,
+) -> tuple[tuple[int, ...], tuple[PromptImage, ...]]:
+    """The prompt ids and images of `messages`, whose content lists hold IMAGE_PART where
+    each of `sources` goes. 400s name the field: a text-only model, too many images, an
+    image the policy refuses or that does not decode, a template that drops images."""
+    prompter = core.images
+    if prompter is None:
+        param = sources[0].param
+        raise InvalidRequest(
+            f"{param}: this model takes text only; image parts need a vision model", param=param
+        )
+    if len(sources) > policy.max_images:
+        param = sources[policy.max_images].param
+        raise InvalidRequest(
+            f"{param}: a prompt may hold at most {policy.max_images} images "
+            "(--limit-mm-per-prompt)",
+            param=param,
+        )
+    loaded = [load_image(source.url, source.param, policy) for source in sources]
+    if controls.chat_template is None and prompter.chat_template:
+        controls = dataclasses.replace(controls, chat_template=prompter.chat_template)
+    try:
+        ids = render_chat(
+            core.tokenizer,
+            messages,
+            tools=tools,
+            template_kwargs=template_kwargs,
+            controls=controls,
+        )
+        return prompter.expand(ids, loaded)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="messages") from None

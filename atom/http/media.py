@@ -1,0 +1,202 @@
+"""Images a request points at: `data:` URLs, local files and web addresses, each within
+the server's media policy, decoded to RGB. Runs in the request's planning thread (off
+the event loop). Every refusal is a 400 naming the request field that held the image.
+
+- `data:image/png|jpeg|webp|gif;base64,...`: always accepted (a GIF gives its first frame);
+- `file://` paths only under `--allowed-local-media-path`;
+- `http(s)://` only from a host `--allowed-media-domains` lists (`*`: any), fetched with
+  `--media-fetch-timeout` and at most `--max-media-bytes`, no redirects followed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from atom.config import Settings
+from atom.errors import InvalidRequest
+
+FORMATS = {"PNG", "JPEG", "WEBP", "GIF"}
+IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's default
+MEDIA_TYPES = {"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaPolicy:
+    """Where images may come from and how large they may be (from Settings)."""
+
+    local_root: Path | None = None  # --allowed-local-media-path
+    domains: tuple[str, ...] = ()  # --allowed-media-domains; "*" allows every host
+    fetch_timeout_s: float = 5.0
+    max_bytes: int = 20 << 20
+    max_pixels: int = 4096 * 4096
+    max_images: int = IMAGES_PER_PROMPT  # --limit-mm-per-prompt's "image"
+
+    @classmethod
+    @functools.cache
+    def of(cls, settings: Settings) -> MediaPolicy:
+        """Read once per Settings (checked at start-up: ValueError on a bad limit)."""
+        root = settings.allowed_local_media_path
+        return cls(
+            local_root=Path(root).resolve() if root else None,
+            domains=settings.allowed_media_domains,
+            fetch_timeout_s=settings.media_fetch_timeout,
+            max_bytes=settings.max_media_bytes,
+            max_pixels=settings.max_image_pixels,
+            max_images=image_limit(settings.limit_mm_per_prompt),
+        )
+
+
+def image_limit(raw: str | None) -> int:
+    """`--limit-mm-per-prompt` (vLLM's JSON object, e.g. `{"image": 4}`): images a prompt
+    may hold. ValueError on anything else."""
+    if not raw:
+        return IMAGES_PER_PROMPT
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, int) for v in value.values()):
+        raise ValueError('--limit-mm-per-prompt must be a JSON object such as {"image": 4}')
+    unknown = set(value) - {"image"}
+    if unknown:
+        raise ValueError(f"--limit-mm-per-prompt: only images are served, not {sorted(unknown)}")
+    return int(value.get("image", IMAGES_PER_PROMPT))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedImage:
+    image: Any  # a PIL image in RGB
+    sha256: str  # of the size and the RGB pixels: the same picture in any format hashes alike
+
+    @property
+    def size(self) -> tuple[int, int]:
+        width, height = self.image.size
+        return int(width), int(height)
+
+
+def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
+    """The image `url` names, decoded; InvalidRequest naming `param` when the policy
+    refuses it, it cannot be read, or it is no image of an accepted format."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "data":
+        raw = _from_data_url(url, param, policy)
+    elif scheme == "file":
+        raw = _from_file(url, param, policy)
+    elif scheme in ("http", "https"):
+        raw = _from_web(url, param, policy)
+    else:
+        raise InvalidRequest(
+            f"{param}: an image URL must be a data:, file: or http(s): URL", param=param
+        )
+    return decode(raw, param, policy)
+
+
+def _from_data_url(url: str, param: str, policy: MediaPolicy) -> bytes:
+    head, sep, data = url.partition(",")
+    media_type = head[5:].split(";")[0].strip().lower()
+    if not sep or not head.endswith(";base64"):
+        raise InvalidRequest(
+            f"{param}: a data URL must be base64 (data:...;base64,...)", param=param
+        )
+    if media_type not in MEDIA_TYPES:
+        raise InvalidRequest(
+            f"{param}: media type {media_type or '(none)'!r} is not an image type ATOM "
+            "decodes (image/png, image/jpeg, image/webp, image/gif)",
+            param=param,
+        )
+    if len(data) * 3 // 4 > policy.max_bytes:
+        raise InvalidRequest(f"{param}: the image is over {policy.max_bytes} bytes", param=param)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{param}: the data URL is not valid base64", param=param) from None
+
+
+def _from_file(url: str, param: str, policy: MediaPolicy) -> bytes:
+    if policy.local_root is None:
+        raise InvalidRequest(
+            f"{param}: file URLs need the server started with --allowed-local-media-path",
+            param=param,
+        )
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidRequest(f"{param}: a file URL must name a local path", param=param)
+    path = Path(unquote(parts.path)).resolve()
+    if not path.is_relative_to(policy.local_root):
+        raise InvalidRequest(f"{param}: {path} is outside --allowed-local-media-path", param=param)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(policy.max_bytes + 1)
+    except OSError as exc:
+        raise InvalidRequest(f"{param}: cannot read {path}: {exc.strerror}", param=param) from None
+    if len(raw) > policy.max_bytes:
+        raise InvalidRequest(f"{param}: the image is over {policy.max_bytes} bytes", param=param)
+    return raw
+
+
+def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
+    import httpx
+
+    host = (urlsplit(url).hostname or "").lower()
+    if "*" not in policy.domains and host not in policy.domains:
+        raise InvalidRequest(
+            f"{param}: fetching images from {host or 'this URL'} is not allowed "
+            "(--allowed-media-domains)",
+            param=param,
+        )
+    chunks: list[bytes] = []
+    try:
+        with httpx.stream("GET", url, timeout=policy.fetch_timeout_s) as response:
+            if response.status_code != 200:
+                raise InvalidRequest(
+                    f"{param}: fetching the image got HTTP {response.status_code}", param=param
+                )
+            size = 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > policy.max_bytes:
+                    raise InvalidRequest(
+                        f"{param}: the image is over {policy.max_bytes} bytes", param=param
+                    )
+                chunks.append(chunk)
+    except httpx.HTTPError as exc:
+        raise InvalidRequest(f"{param}: could not fetch the image: {exc}", param=param) from None
+    return b"".join(chunks)
+
+
+def decode(raw: bytes, param: str, policy: MediaPolicy) -> LoadedImage:
+    """Bytes to an RGB image; its size is checked from the header before any pixel is
+    decoded (a small file can claim billions of pixels)."""
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(raw))
+    except Exception:  # PIL raises several types for bytes that are no image
+        raise InvalidRequest(
+            f"{param}: the bytes are not an image ATOM decodes", param=param
+        ) from None
+    if image.format not in FORMATS:
+        raise InvalidRequest(
+            f"{param}: {image.format} images are not accepted (PNG, JPEG, WebP, GIF)", param=param
+        )
+    width, height = image.size
+    if width * height > policy.max_pixels:
+        raise InvalidRequest(
+            f"{param}: the image has {width}x{height} pixels, more than --max-image-pixels "
+            f"({policy.max_pixels})",
+            param=param,
+        )
+    try:
+        image.seek(0)  # a GIF's first frame
+        rgb = image.convert("RGB")
+    except Exception:
+        raise InvalidRequest(f"{param}: the image could not be decoded", param=param) from None
+    digest = hashlib.sha256(f"{width}x{height}:".encode())
+    digest.update(rgb.tobytes())
+    return LoadedImage(image=rgb, sha256=digest.hexdigest())

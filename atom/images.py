@@ -1,0 +1,49 @@
+"""Images in a prompt: what the request log records of each, and what the engine gets.
+
+A chat message's image becomes a run of placeholder tokens in the prompt (the model's
+processor decides how many, and which text tokens frame them); the vision encoder's
+output rows replace those placeholders' embeddings. `ImageRef` is plain data (the
+request log's `request_accepted` lists them: no pixels, no bytes); `PromptImage` adds
+the processor's tensors, which travel with the Batcher's Submit and are never logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageRef:
+    """One image of a prompt: its content hash (sha256 of the decoded RGB pixels and
+    their size, so the same picture as PNG or WebP is the same image), its size, and
+    the prompt tokens it fills: `num_tokens` rows of the encoder's output, the first at
+    prompt position `offset`."""
+
+    sha256: str
+    width: int
+    height: int
+    num_tokens: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptImage:
+    """An image as the runner consumes it: `positions` are the prompt positions that
+    take the encoder's output rows, in order (the placeholder tokens of its span);
+    `pixels` the processor's tensors for this image alone (pixel_values, ...)."""
+
+    ref: ImageRef
+    positions: tuple[int, ...]
+    pixels: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def end(self) -> int:
+        """One past its last placeholder position."""
+        return self.positions[-1] + 1
+
+
+def spans(images: tuple[PromptImage, ...]) -> tuple[tuple[int, int, str], ...]:
+    """(first position, end, hash) of each image: what prefix-cache keys cover."""
+    return tuple((image.positions[0], image.end, image.ref.sha256) for image in images)

@@ -1,0 +1,39 @@
+"""The vision encoder in the engine's step: every image a step's chunks need, of every
+request, encoded in one call of the model's own `get_image_features`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from atom.images import PromptImage
+from atom.model.vision.families import VisionFamily
+
+
+class VisionEncoder:
+    """`vision`: the module with `get_image_features` (text_view.vision_half)."""
+
+    def __init__(self, vision: Any, family: VisionFamily, dtype: torch.dtype) -> None:
+        self._vision = vision
+        self._family = family
+        self._dtype = dtype
+        self._device = next(vision.parameters()).device
+
+    def encode(self, images: Sequence[PromptImage]) -> list[torch.Tensor]:
+        """Each image's rows [its placeholder count, hidden], in order."""
+        batch: dict[str, torch.Tensor] = {}
+        for key, dim in self._family.join.items():
+            joined = torch.cat([torch.as_tensor(i.pixels[key]) for i in images], dim=dim)
+            joined = joined.to(self._device)
+            batch[key] = joined.to(self._dtype) if joined.is_floating_point() else joined
+        out = self._vision.get_image_features(**batch).pooler_output
+        pieces = out if isinstance(out, list | tuple) else [out]
+        rows = torch.cat([p.reshape(-1, p.shape[-1]) for p in pieces])
+        sizes = [len(image.positions) for image in images]
+        if rows.shape[0] != sum(sizes):
+            raise RuntimeError(
+                f"the vision encoder gave {rows.shape[0]} rows for {sum(sizes)} placeholders"
+            )
+        return list(rows.split(sizes))

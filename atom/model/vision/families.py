@@ -1,0 +1,53 @@
+"""The vision-language architectures ATOM serves, and what differs between them.
+
+Every family runs its vision encoder through transformers' own `get_image_features`
+and its text model through ATOM's forward (atom/model/forward/llama_forward.py); a
+family only says how one image's processor tensors join a batch of images. The
+encoder's output rows, flattened, are each image's rows in order, whatever the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VisionFamily:
+    """`join`: the processor tensors `get_image_features` takes, each with the dimension
+    one image's tensor is concatenated along to make a batch."""
+
+    architecture: str
+    join: Mapping[str, int]
+
+
+FAMILIES = {
+    family.architecture: family
+    for family in (
+        # LLaVA-style: a CLIP/SigLIP tower and a projector; one fixed-size crop an image.
+        VisionFamily(architecture="LlavaForConditionalGeneration", join={"pixel_values": 0}),
+    )
+}
+
+# The text model each family's language model runs as (ATOM's forward implements these).
+TEXT_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
+
+
+def vision_family(config: Any) -> VisionFamily | None:
+    """The family of a model's config; None for a text-only model. ValueError for a
+    vision-language architecture ATOM does not serve."""
+    if getattr(config, "vision_config", None) is None:
+        return None
+    names = list(getattr(config, "architectures", None) or [])
+    for name in names:
+        if name in FAMILIES:
+            return FAMILIES[name]
+    raise ValueError(
+        f"vision-language architecture {', '.join(names) or config.model_type} is not served "
+        f"(served: {', '.join(sorted(FAMILIES))}; docs/multimodal.md)"
+    )

@@ -1,0 +1,55 @@
+"""Loading a vision-language model: transformers' model and processor from the folder,
+then its language half behind ATOM's forward and its vision half as the encoder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.families import vision_family
+from atom.model.vision.prompter import ImagePrompter
+from atom.model.vision.text_view import TextView, vision_half
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VisionParts:
+    """What a vision-language model adds to a text model's runtime."""
+
+    encoder: VisionEncoder  # runs in the runner's step
+    prompter: ImagePrompter  # runs in the request's planning thread
+
+
+def read_model(folder: Path, dtype: Any) -> tuple[Any, Any | None]:
+    """transformers' model in `folder`, and its processor when it reads images (None for
+    a text-only model)."""
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+    )
+
+    if vision_family(AutoConfig.from_pretrained(folder)) is None:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), None
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
+    return model, AutoProcessor.from_pretrained(folder)
+
+
+def vision_forward(
+    vlm: Any, processor: Any, implementation: str, kernels: Any
+) -> tuple[Any, VisionParts]:
+    """ATOM's forward over the language half, and the vision half; ValueError when the
+    language model is one ATOM's forward does not implement."""
+    from atom.model.forward.llama_forward import own_forward
+
+    family = vision_family(vlm.config)
+    assert family is not None
+    if implementation == "transformers":
+        raise ValueError("vision-language models run on ATOM's forward: use --model-impl auto")
+    view = TextView(vlm)
+    forward = own_forward(view, "atom", kernels=kernels)
+    encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
+    prompter = ImagePrompter(processor, int(vlm.config.image_token_id))
+    return forward, VisionParts(encoder=encoder, prompter=prompter)

@@ -1,0 +1,66 @@
+"""Where a step's image rows go: the encoder's output for each image, computed once per
+sequence, placed at the image's placeholder positions of the step's flat batch.
+
+A prompt split by chunked prefill (or cut by a prefix-cache hit) can leave an image's
+placeholders in several steps: its rows are kept per sequence until the chunk that
+holds its last placeholder has run, so each image is encoded once."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+import torch
+
+from atom.images import PromptImage
+from atom.model.runner import SeqChunk
+from atom.model.vision.encoder import VisionEncoder
+
+Key = tuple[str, int]  # (sequence, the image's first placeholder position)
+
+
+class ImageRows:
+    """Owned by the runner; called from its one worker thread."""
+
+    def __init__(self, encoder: VisionEncoder) -> None:
+        self._encoder = encoder
+        self._rows: dict[Key, torch.Tensor] = {}
+
+    def embeds(self, chunks: Sequence[SeqChunk]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(flat-batch rows, their embeddings) for every placeholder in `chunks`; None
+        when the step holds none. New images of every chunk are encoded in one call."""
+        if not any(chunk.images for chunk in chunks):
+            return None
+        self._encode_missing(chunks)
+        rows: list[int] = []
+        values: list[torch.Tensor] = []
+        offset = 0
+        for chunk in chunks:
+            start, stop = chunk.start_pos, chunk.start_pos + len(chunk.token_ids)
+            for image in chunk.images:
+                key = (chunk.seq_id, image.positions[0])
+                first = bisect_left(image.positions, start)
+                last = bisect_left(image.positions, stop)
+                rows.extend(offset + p - start for p in image.positions[first:last])
+                values.append(self._rows[key][first:last])
+                if stop >= image.end:
+                    del self._rows[key]  # its last placeholder is in this step
+            offset += len(chunk.token_ids)
+        device = values[0].device
+        return torch.tensor(rows, dtype=torch.long, device=device), torch.cat(values)
+
+    def _encode_missing(self, chunks: Sequence[SeqChunk]) -> None:
+        missing: dict[Key, PromptImage] = {}
+        for chunk in chunks:
+            for image in chunk.images:
+                key = (chunk.seq_id, image.positions[0])
+                if key not in self._rows:
+                    missing[key] = image
+        if missing:
+            encoded = self._encoder.encode(list(missing.values()))
+            self._rows.update(zip(missing, encoded, strict=True))
+
+    def release(self, seq_id: str) -> None:
+        """Forget a sequence's rows (finished, aborted, or preempted mid-prompt)."""
+        for key in [k for k in self._rows if k[0] == seq_id]:
+            del self._rows[key]

@@ -1,0 +1,108 @@
+"""Tiny random vision-language models saved as Hugging Face folders, with the default
+model's real tokenizer and a real image processor configuration, and images to show
+them (PNG data URLs, made here)."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from atom.config import Settings
+from atom.model.loader import load_tokenizer
+
+IMAGE_TOKEN = "<image>"
+# A chat template that writes IMAGE_TOKEN where a message's content has an image part.
+TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
+
+
+def tiny_llava(folder: Path, seed: int = 0) -> Path:
+    """LLaVA: a 2-layer CLIP tower on 32x32 images in patches of 8 (16 image tokens, its
+    CLS dropped), a projector, and a 2-layer Llama; saved with its processor."""
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tokenizer = load_tokenizer(None, cache_dir=Settings().cache_dir)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    tokenizer.chat_template = TEMPLATE
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=TEMPLATE,
+        image_token=IMAGE_TOKEN,
+    )
+    config = LlavaConfig(
+        text_config=LlamaConfig(vocab_size=len(tokenizer), **TEXT),
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+            projection_dim=32,
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def picture(seed: int, size: tuple[int, int] = (40, 30), fmt: str = "PNG") -> Any:
+    """A PIL image of random colored blocks (each seed its own picture)."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed)
+    width, height = size
+    blocks = torch.randint(0, 256, (height // 5 + 1, width // 5 + 1, 3), generator=generator)
+    pixels = blocks.repeat_interleave(5, 0).repeat_interleave(5, 1)[:height, :width]
+    return Image.fromarray(pixels.to(torch.uint8).numpy(), "RGB").convert(
+        "P" if fmt == "GIF" else "RGB"
+    )
+
+
+def encoded(image: Any, fmt: str = "PNG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def data_url(image: Any, fmt: str = "PNG") -> str:
+    """A base64 data URL of `image` in `fmt` (PNG, JPEG, WEBP, GIF)."""
+    mime = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}[fmt]
+    return f"data:image/{mime};base64,{base64.b64encode(encoded(image, fmt)).decode()}"
