@@ -4,11 +4,13 @@ A chat message's image becomes a run of placeholder tokens in the prompt (the mo
 processor decides how many, and which text tokens frame them); the vision encoder's
 output rows replace those placeholders' embeddings. `ImageRef` is plain data (the
 request log's `request_accepted` lists them: no pixels, no bytes); `PromptImage` adds
-the processor's tensors, which travel with the Batcher's Submit and are never logged.
+the processor's tensors, which travel with the Batcher's Submit and are never logged;
+the logged request body keeps no image bytes either (`without_image_bytes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,3 +49,18 @@ class PromptImage:
 def spans(images: tuple[PromptImage, ...]) -> tuple[tuple[int, int, str], ...]:
     """(first position, end, hash) of each image: what prefix-cache keys cover."""
     return tuple((image.positions[0], image.end, image.ref.sha256) for image in images)
+
+
+def without_image_bytes(value: Any) -> Any:
+    """A request body with each `data:` URL replaced by a note of its media type, length
+    and sha256 (of the URL's text): the request log keeps no image bytes. The images
+    themselves are in `request_accepted`'s ImageRefs, in the order the body holds them."""
+    if isinstance(value, dict):
+        return {key: without_image_bytes(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_image_bytes(item) for item in value]
+    if isinstance(value, str) and value.startswith("data:"):
+        head = value.partition(",")[0]
+        digest = hashlib.sha256(value.encode()).hexdigest()
+        return f"{head},(omitted: {len(value)} characters, sha256 {digest})"
+    return value

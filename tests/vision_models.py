@@ -97,8 +97,9 @@ def picture(seed: int, size: tuple[int, int] = (40, 30), fmt: str = "PNG") -> An
 
 
 def encoded(image: Any, fmt: str = "PNG") -> bytes:
+    """`image`'s file in `fmt` (WebP lossless: its pixels come back exactly)."""
     buffer = io.BytesIO()
-    image.save(buffer, format=fmt)
+    image.save(buffer, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
     return buffer.getvalue()
 
 

@@ -30,6 +30,7 @@ from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
+from atom.images import without_image_bytes
 from atom.plan import GENERATION_PATHS, Endpoint
 from atom.wire import Output, dumps
 from atom.wire_responses import ResponsesBodyRenderer
@@ -145,7 +146,7 @@ class Adapter(Generic[B]):
             endpoint=endpoint,
             model=core.name,
             created=int(core.clock()),
-            body=payload,
+            body=without_image_bytes(payload) if planned.images else payload,
             plan=planned.plan,
         )
         submit = Submit(

@@ -1,0 +1,180 @@
+"""Image input served for real: a tiny LLaVA folder made here, served by a real
+hypercorn process, asked through the official client with data URLs, an allowed local
+file and an allowed web address; images refused by the media policy get a 400 naming
+the part, and the server keeps serving."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from atom.events import RequestAccepted, RequestReceived
+from atom.request_log import read_log
+from tests.e2e.conftest import Server, running_server
+from tests.vision_models import data_url, encoded, picture, tiny_llava
+
+pytestmark = pytest.mark.slow
+
+NAME = "tiny-llava"
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of images: served over HTTP and allowed for file:// URLs."""
+    folder = tmp_path_factory.mktemp("media")
+    (folder / "one.png").write_bytes(encoded(picture(1)))
+    (folder / "two.webp").write_bytes(encoded(picture(2), "WEBP"))
+    (folder / "huge.png").write_bytes(encoded(picture(3, size=(300, 300))))
+    (folder / "not-an-image.png").write_bytes(b"these bytes are no picture")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def web(media: Path) -> Iterator[str]:
+    """The media folder over HTTP on a loopback port."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(media), **kwargs)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, media: Path) -> Iterator[Server]:
+    folder = tiny_llava(tmp_path_factory.mktemp("model") / "llava")
+    log = tmp_path_factory.mktemp("log") / "requests.jsonl"
+    with running_server(
+        log,
+        ATOM_MODEL=str(folder),
+        ATOM_SERVED_MODEL_NAME=NAME,
+        ATOM_ALLOWED_LOCAL_MEDIA_PATH=str(media),
+        ATOM_ALLOWED_MEDIA_DOMAINS="127.0.0.1",
+        ATOM_LIMIT_MM_PER_PROMPT='{"image": 2}',
+        ATOM_MAX_IMAGE_PIXELS=str(200 * 200),
+    ) as running:
+        yield running
+
+
+def message(*urls: str, text: str = "What is in the picture?") -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+
+
+def ask(server: Server, *urls: str, **more: Any) -> Any:
+    return server.client().chat.completions.create(
+        model=NAME, messages=message(*urls), temperature=0, max_tokens=8, **more
+    )
+
+
+def refusal(server: Server, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    r = httpx.post(server.url + CHAT, json={"model": NAME, "messages": messages}, timeout=60)
+    assert r.status_code == 400, r.text
+    return r.json()["error"]  # type: ignore[no-any-return]
+
+
+def test_an_image_answers_through_the_official_client(server: Server) -> None:
+    one = ask(server, data_url(picture(1)))
+    other = ask(server, data_url(picture(2)))
+    assert one.model == NAME and one.choices[0].message.content
+    assert one.choices[0].message.content != other.choices[0].message.content
+    count = httpx.post(
+        f"{server.url}/tokenize", json={"model": NAME, "messages": message(data_url(picture(1)))}
+    ).json()["count"]
+    assert one.usage.prompt_tokens == count  # the image's 16 tokens counted
+    text_only = httpx.post(
+        f"{server.url}/tokenize", json={"model": NAME, "messages": message()}
+    ).json()["count"]
+    assert count == text_only + 16  # the image: its 16 tokens
+
+
+def test_the_same_picture_from_a_file_and_the_web_answers_alike(
+    server: Server, media: Path, web: str
+) -> None:
+    by_data = ask(server, data_url(picture(1))).choices[0].message.content
+    by_file = ask(server, f"file://{media / 'one.png'}").choices[0].message.content
+    by_web = ask(server, f"{web}/one.png").choices[0].message.content
+    assert by_data == by_file == by_web
+
+
+def test_a_repeated_image_is_read_from_the_prefix_cache(server: Server) -> None:
+    url = data_url(picture(5))
+    ask(server, url)
+    again = ask(server, url)
+    assert again.usage.prompt_tokens_details.cached_tokens >= 16
+
+
+def test_two_images_stream(server: Server) -> None:
+    stream = ask(server, data_url(picture(1)), data_url(picture(2), "WEBP"), stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text
+
+
+def test_the_log_records_each_image_without_its_bytes(server: Server) -> None:
+    png = data_url(picture(4))
+    ask(server, png, data_url(picture(4), "WEBP"))  # WebP is lossless here
+    events = [e.event for e in read_log(server.log_path)]
+    received = [e for e in events if isinstance(e, RequestReceived)][-1]
+    assert png[40:100] not in json.dumps(received.body)  # no image bytes
+    assert "omitted" in received.body["messages"][0]["content"][0]["image_url"]["url"]
+    last = [e for e in events if isinstance(e, RequestAccepted)][-1]
+    assert [(i.width, i.height, i.num_tokens) for i in last.images] == [(40, 30, 16)] * 2
+    assert last.images[0].sha256 == last.images[1].sha256  # the same pixels, any format
+    assert last.images[1].offset > last.images[0].offset
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("file:///etc/passwd", "outside --allowed-local-media-path"),
+        ("http://localhost:9/x.png", "not allowed"),
+        ("data:image/png;base64,AAAA", "not an image"),
+        ("data:text/plain;base64,aGk=", "not an image type"),
+        ("ftp://example.com/x.png", "data:, file: or http(s)"),
+    ],
+)
+def test_refused_media_name_the_part(server: Server, url: str, says: str) -> None:
+    error = refusal(server, message(url))
+    assert error["param"] == "messages.0.content.0"
+    assert says in error["message"]
+
+
+def test_refusals_of_files_and_web_addresses(server: Server, media: Path, web: str) -> None:
+    cases = {
+        f"file://{media / 'huge.png'}": "more than --max-image-pixels",
+        f"file://{media / 'not-an-image.png'}": "not an image",
+        f"file://{media / 'missing.png'}": "cannot read",
+        f"{web}/missing.png": "HTTP 404",
+    }
+    for url, says in cases.items():
+        error = refusal(server, message(url))
+        assert says in error["message"], (url, error)
+
+
+def test_too_many_images_name_the_first_over_the_limit(server: Server) -> None:
+    url = data_url(picture(1))
+    error = refusal(server, message(url, url, url))
+    assert error["param"] == "messages.0.content.2"
+    assert "--limit-mm-per-prompt" in error["message"]
+
+
+def test_the_server_keeps_serving_after_refusals(server: Server) -> None:
+    for url in ("data:image/png;base64,AAAA", "file:///etc/passwd"):
+        refusal(server, message(url))
+    assert ask(server, data_url(picture(1))).choices[0].finish_reason == "length"
+    health = httpx.get(f"{server.url}/health")
+    assert health.status_code == 200, json.dumps(health.text)
