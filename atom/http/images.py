@@ -6,7 +6,8 @@ takes images (chat, Responses, Messages) plans through here."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,3 +66,37 @@ def image_prompt(
         return prompter.expand(ids, loaded)
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="messages") from None
+
+
+ORIGIN = "origin"  # an image part's key naming the field of the body the client sent
+
+
+def image_part(url: str, origin: str) -> dict[str, Any]:
+    """A chat image part for an image of another API's body (Messages, Responses), with
+    the field that held it there."""
+    return {"type": "image_url", "image_url": {"url": url}, ORIGIN: origin}
+
+
+def take_origins(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Remove the ORIGIN keys of a translated chat body's image parts: chat field → the
+    field of the body the client sent."""
+    fields: dict[str, str] = {}
+    for m_idx, message in enumerate(messages):
+        content = message.get("content")
+        for p_idx, part in enumerate(content if isinstance(content, list) else []):
+            if ORIGIN in part:
+                fields[f"messages.{m_idx}.content.{p_idx}"] = part.pop(ORIGIN)
+    return fields
+
+
+@contextmanager
+def named_as(fields: dict[str, str]) -> Iterator[None]:
+    """A 400 about an image of a translated chat body names the client's own field."""
+    try:
+        yield
+    except InvalidRequest as error:
+        original = fields.get(error.param or "")
+        if original is None or error.param is None:
+            raise
+        message = error.message.replace(error.param, original, 1)
+        raise InvalidRequest(message, param=original) from None

@@ -28,6 +28,7 @@ from atom.http.anthropic_schemas import (
     ToolUseBlock,
 )
 from atom.http.errors import parse
+from atom.http.images import image_part, named_as, take_origins
 from atom.http.schemas import ChatCompletionRequest
 from atom.plan import Endpoint
 
@@ -41,14 +42,17 @@ def plan(settings: Settings, core: EngineCore, body: MessagesRequest) -> Planned
         sampling["stop"] = body.stop_sequences
     knobs = (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
     sampling.update((name, value) for name, value in knobs if value is not None)
-    chat_body = parse(ChatCompletionRequest, {**as_chat(body), **sampling})
-    return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.MESSAGES)
+    translated = as_chat(body)
+    with named_as(take_origins(translated["messages"])):
+        chat_body = parse(ChatCompletionRequest, {**translated, **sampling})
+        return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.MESSAGES)
 
 
 def prompt_ids(settings: Settings, core: EngineCore, body: CountTokensRequest) -> tuple[int, ...]:
     """The prompt `/v1/messages` would render for this conversation, tools included."""
-    chat_body = parse(ChatCompletionRequest, as_chat(body))
-    return chat.prompt_ids(settings, core, chat_body)
+    translated = as_chat(body)
+    with named_as(take_origins(translated["messages"])):
+        return chat.prompt_ids(settings, core, parse(ChatCompletionRequest, translated))
 
 
 def as_chat(body: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
@@ -95,12 +99,12 @@ def _chat_messages(m_idx: int, message: Message) -> list[dict[str, Any]]:
     messages (before its text); an assistant turn's tool_use blocks become tool calls."""
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []  # text and image parts, in order
     results: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for b_idx, block in enumerate(message.content):
         if isinstance(block, TextBlock):
-            texts.append(block.text)
+            parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ToolResultBlock):
             content = block.content
             text = content if isinstance(content, str) else "".join(b.text for b in content)
@@ -111,13 +115,24 @@ def _chat_messages(m_idx: int, message: Message) -> list[dict[str, Any]]:
             calls.append({"id": block.id, "type": "function", "function": function})
         elif isinstance(block, ImageBlock):
             param = f"messages.{m_idx}.content.{b_idx}"
-            raise InvalidRequest(
-                f"{param}: this model takes text only; image blocks need a vision model",
-                param=param,
-            )
+            parts.append(image_part(_image_url(block, param), param))
         else:
             assert isinstance(block, ThinkingBlock)  # earlier reasoning: not re-sent
-    turn: dict[str, Any] = {"role": message.role, "content": "".join(texts)}
+    has_image = any(part["type"] == "image_url" for part in parts)
+    text = "".join(part["text"] for part in parts if part["type"] == "text")
+    turn: dict[str, Any] = {"role": message.role, "content": parts if has_image else text}
     if calls:
         turn["tool_calls"] = calls
-    return results + ([turn] if texts or calls or not results else [])
+    return results + ([turn] if parts or calls or not results else [])
+
+
+def _image_url(block: ImageBlock, param: str) -> str:
+    """An image block's source as a URL: base64 data as a data URL, or its url."""
+    source = block.source
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type', '')};base64,{source.get('data', '')}"
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return str(source["url"])
+    raise InvalidRequest(
+        f"{param}.source: an image source is of type base64 or url", param=f"{param}.source"
+    )

@@ -19,6 +19,7 @@ from atom.errors import InvalidRequest, ResponseNotFound
 from atom.http import chat
 from atom.http.adapter import Planned
 from atom.http.errors import parse
+from atom.http.images import image_part, named_as, take_origins
 from atom.http.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -42,8 +43,10 @@ def plan(settings: Settings, core: EngineCore, body: ResponsesRequest) -> Planne
         raise InvalidRequest("a background response needs store", param="store")
     items = _input_items(body)
     earlier = _earlier(core, body.previous_response_id)
-    chat_body = parse(ChatCompletionRequest, as_chat(body, [*earlier, *items]))
-    return chat.plan(settings, core, chat_body).reshaped(
+    translated = as_chat(body, [*earlier, *items])
+    with named_as(take_origins(translated["messages"])):
+        planned = chat.plan(settings, core, parse(ChatCompletionRequest, translated))
+    return planned.reshaped(
         endpoint=Endpoint.RESPONSES,
         request_fields=_repeated(body),
         input_items=tuple(item.model_dump(exclude_none=True) for item in items),
@@ -111,7 +114,7 @@ def _add_item(messages: list[dict[str, Any]], i: int, item: Item) -> None:
     """An input item as chat messages; consecutive function calls share one assistant
     message, as a chat history has them."""
     if isinstance(item, MessageItem):
-        messages.append({"role": item.role, "content": _text(i, item)})
+        messages.append({"role": item.role, "content": _content(i, item)})
     elif isinstance(item, FunctionCallItem):
         function = {"name": item.name, "arguments": item.arguments}
         call: dict[str, Any] = {"id": item.call_id, "type": "function", "function": function}
@@ -125,17 +128,24 @@ def _add_item(messages: list[dict[str, Any]], i: int, item: Item) -> None:
     # reasoning items: earlier reasoning is not re-sent to the template
 
 
-def _text(i: int, item: MessageItem) -> str:
+def _content(i: int, item: MessageItem) -> str | list[dict[str, Any]]:
+    """A message item's content: its text, or text and image parts when it has images."""
     if isinstance(item.content, str):
         return item.content
+    parts: list[dict[str, Any]] = []
     for j, part in enumerate(item.content):
         if isinstance(part, ImagePart):
             param = f"input.{i}.content.{j}"
-            raise InvalidRequest(
-                f"{param}: this model takes text only; input_image parts need a vision model",
-                param=param,
-            )
-    return "".join(part.text for part in item.content if not isinstance(part, ImagePart))
+            if part.image_url is None:
+                raise InvalidRequest(
+                    f"{param}: only image_url images are served (no file_id)", param=param
+                )
+            parts.append(image_part(part.image_url, param))
+        else:
+            parts.append({"type": "text", "text": part.text})
+    if any(part["type"] == "image_url" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
 
 
 def _function_tool(i: int, tool: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ the part, and the server keeps serving."""
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import threading
@@ -178,3 +179,64 @@ def test_the_server_keeps_serving_after_refusals(server: Server) -> None:
     assert ask(server, data_url(picture(1))).choices[0].finish_reason == "length"
     health = httpx.get(f"{server.url}/health")
     assert health.status_code == 200, json.dumps(health.text)
+
+
+def test_anthropic_image_blocks_and_responses_input_images_read_the_same_image(
+    server: Server,
+) -> None:
+    """Messages' base64 image block and the Responses API's input_image go the chat way:
+    the same picture and question give the same greedy answer as chat's image_url."""
+    import anthropic
+
+    png = encoded(picture(1))
+    question = "What is in the picture?"
+    by_chat = ask(server, data_url(picture(1))).choices[0].message.content
+    source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()}
+    claude = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    by_messages = claude.messages.create(
+        model=NAME,
+        max_tokens=8,
+        extra_body={"temperature": 0},  # this SDK has no temperature argument any more
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": source},
+                    {"type": "text", "text": question},
+                ],
+            }
+        ],
+    )
+    by_responses = server.client().responses.create(
+        model=NAME,
+        max_output_tokens=8,
+        temperature=0,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": data_url(picture(1))},
+                    {"type": "input_text", "text": question},
+                ],
+            }
+        ],
+    )
+    assert by_messages.content[0].text == by_chat  # type: ignore[union-attr]
+    assert by_responses.output_text == by_chat
+
+
+def test_other_apis_refusals_name_their_own_fields(server: Server) -> None:
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    body = {
+        "model": NAME,
+        "max_tokens": 8,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, bad]}],
+    }
+    r = httpx.post(f"{server.url}/v1/messages", json=body, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("messages.0.content.1:")
+    item = {"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}
+    r = httpx.post(f"{server.url}/v1/responses", json={"model": NAME, "input": [item]}, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "input.0.content.0"

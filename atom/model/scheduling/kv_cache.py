@@ -42,7 +42,7 @@ def block_hashes(
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         stop = start + block_size
         link: tuple[object, ...] = (parent, tuple(token_ids[start:stop]))
-        keys = tuple(key for first, end, key in spans if first < stop and end > start)
+        keys = tuple(k for first, end, k in spans if first < stop and end > start) if spans else ()
         parent = hash((*link, keys) if keys else link)
         hashes.append(parent)  # type: ignore[arg-type]
     return hashes  # type: ignore[return-value]
