@@ -11,6 +11,7 @@ the logged request body keeps no image bytes either (`without_image_bytes`).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,9 @@ def spans(images: tuple[PromptImage, ...]) -> tuple[tuple[int, int, str], ...]:
     return tuple((image.positions[0], image.end, image.ref.sha256) for image in images)
 
 
+DATA_URL = re.compile(r"data:[\w.+-]+/[\w.+-]+(;[^,]*)?,")
+
+
 def without_image_bytes(value: Any) -> Any:
     """A request body with each `data:` URL replaced by a note of its media type, length
     and sha256 (of the URL's text): the request log keeps no image bytes. The images
@@ -59,7 +63,7 @@ def without_image_bytes(value: Any) -> Any:
         return {key: without_image_bytes(item) for key, item in value.items()}
     if isinstance(value, list):
         return [without_image_bytes(item) for item in value]
-    if isinstance(value, str) and value.startswith("data:"):
+    if isinstance(value, str) and DATA_URL.match(value):
         head = value.partition(",")[0]
         digest = hashlib.sha256(value.encode()).hexdigest()
         return f"{head},(omitted: {len(value)} characters, sha256 {digest})"

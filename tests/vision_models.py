@@ -34,9 +34,19 @@ TEXT = {
 }
 
 
-def tiny_llava(folder: Path, seed: int = 0) -> Path:
-    """LLaVA: a 2-layer CLIP tower on 32x32 images in patches of 8 (16 image tokens, its
-    CLS dropped), a projector, and a 2-layer Llama; saved with its processor."""
+def tiny_llava(
+    folder: Path,
+    seed: int = 0,
+    *,
+    image_size: int = 32,
+    patch: int = 8,
+    vision_hidden: int = 32,
+    vision_layers: int = 2,
+    **text: Any,
+) -> Path:
+    """LLaVA: by default a 2-layer CLIP tower on 32x32 images in patches of 8 (16 image
+    tokens, its CLS dropped), a projector, and a 2-layer Llama (TEXT, with `text` over
+    it); saved with its processor."""
     from transformers import (
         CLIPVisionConfig,
         LlamaConfig,
@@ -50,27 +60,27 @@ def tiny_llava(folder: Path, seed: int = 0) -> Path:
     tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     tokenizer.chat_template = TEMPLATE
     image_processor = CLIPImageProcessorPil(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        patch_size=8,
+        patch_size=patch,
         vision_feature_select_strategy="default",
         num_additional_image_tokens=1,
         chat_template=TEMPLATE,
         image_token=IMAGE_TOKEN,
     )
     config = LlavaConfig(
-        text_config=LlamaConfig(vocab_size=len(tokenizer), **TEXT),
+        text_config=LlamaConfig(vocab_size=len(tokenizer), **{**TEXT, **text}),
         vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
+            hidden_size=vision_hidden,
+            intermediate_size=2 * vision_hidden,
+            num_hidden_layers=vision_layers,
             num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
-            projection_dim=32,
+            image_size=image_size,
+            patch_size=patch,
+            projection_dim=vision_hidden,
         ),
         image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         vision_feature_select_strategy="default",
@@ -78,6 +88,55 @@ def tiny_llava(folder: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def tiny_idefics3(folder: Path, seed: int = 0) -> Path:
+    """Idefics3 (SmolVLM's architecture): a 2-layer SigLIP-style tower on 32x32 crops in
+    patches of 8, a pixel-shuffle connector (scale 2: 4 image tokens a crop), a 2-layer
+    Llama; an image is split into 32-pixel crops of its 64-pixel resize, plus itself
+    scaled to 32 (a 40x30 picture: 4 crops and the global one, 20 image tokens framed by
+    row/column tokens); saved with its processor."""
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3Processor,
+        Idefics3VisionConfig,
+        LlamaConfig,
+    )
+    from transformers.models.idefics3.image_processing_pil_idefics3 import (
+        Idefics3ImageProcessorPil,
+    )
+
+    tokenizer = load_tokenizer(None, cache_dir=Settings().cache_dir)
+    grid = [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    frame = ["<fake_token_around_image>", IMAGE_TOKEN, "<end_of_utterance>", "<global-img>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": frame + grid})
+    tokenizer.chat_template = TEMPLATE
+    image_processor = Idefics3ImageProcessorPil(
+        size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4,
+        chat_template=TEMPLATE,
+    )  # fmt: skip
+    config = Idefics3Config(
+        text_config=LlamaConfig(vocab_size=len(tokenizer), **TEXT),
+        vision_config=Idefics3VisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        ),
+        scale_factor=2,
+        image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+    )
+    torch.manual_seed(seed)
+    model = Idefics3ForConditionalGeneration(config).eval()
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder

@@ -1,6 +1,7 @@
-"""A vision-language model through ATOM's engine answers as transformers' own `generate`
-does, token for token: alone, batched with text-only prompts, with chunked prefill
-splitting an image's placeholders, and on a prefix-cache hit over a repeated image."""
+"""A vision-language model of each served family (LLaVA, Idefics3) through ATOM's engine
+answers as transformers' own `generate` does, token for token: alone, batched with
+text-only prompts, with chunked prefill splitting an image's placeholders, and on a
+prefix-cache hit over a repeated image."""
 
 from __future__ import annotations
 
@@ -20,14 +21,24 @@ from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
 from tests.model.tiny import BLOCK, GREEDY, plan_step, run_all
-from tests.vision_models import data_url, picture, tiny_llava
+from tests.vision_models import data_url, picture, tiny_idefics3, tiny_llava
 
 QUESTIONS = ("What is in the picture?", "Describe it.", "Which colors?")
 
 
+MAKERS = {"llava": tiny_llava, "idefics3": tiny_idefics3}
+IMAGE_TOKENS = {"llava": 16, "idefics3": 20}  # of a 40x30 picture
+
+
+@pytest.fixture(scope="module", params=sorted(MAKERS))
+def family(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_llava(tmp_path_factory.mktemp("llava"))
+def llava(tmp_path_factory: pytest.TempPathFactory, family: str) -> Path:
+    """The family's tiny model (named for the first family served)."""
+    return MAKERS[family](tmp_path_factory.mktemp(family))
 
 
 def runtime(folder: Path, **settings: Any) -> Runtime:
@@ -84,16 +95,16 @@ def references(llava: Path) -> list[tuple[list[int], list[int]]]:
 @pytest.mark.parametrize("cpu_kernels", ["off", "on"])
 @pytest.mark.parametrize("budget", [4096, 8])
 def test_greedy_output_equals_transformers_generate(
-    llava: Path, references: list[Any], cpu_kernels: str, budget: int
+    llava: Path, family: str, references: list[Any], cpu_kernels: str, budget: int
 ) -> None:
     """One image, two images, and a text-only prompt in one batch; budget 8 splits
-    every image's 16 placeholders over several steps."""
+    every image's placeholders over several steps."""
     rt = runtime(llava, cpu_kernels=cpu_kernels)
     prompts, images = [], []
     for (question, seeds), (want_prompt, _) in zip(CASES, references, strict=True):
         ids, placed, _ = rendered(rt, question, seeds)
         assert list(ids) == want_prompt
-        assert [p.ref.num_tokens for p in placed] == [16] * len(seeds)
+        assert [p.ref.num_tokens for p in placed] == [IMAGE_TOKENS[family]] * len(seeds)
         prompts.append(ids)
         images.append(placed)
     alone = [
@@ -151,3 +162,19 @@ def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not(
     assert again[1] >= image_end - BLOCK + 1  # the image's blocks came from the cache
     assert different[1] <= placed[0].positions[0]  # nothing of the first image's KV
     assert different[0] != first[0]
+
+
+def test_preempted_sequences_encode_their_images_again(llava: Path, references: list[Any]) -> None:
+    """A KV cache of 24 blocks (96 tokens, the longest sequence's 90 fit) holds one or
+    two of the three sequences: the others are preempted mid-prompt or mid-answer and
+    recompute, images included."""
+    rt = runtime(llava, max_model_len=96, kv_cache_memory_bytes=24 * 2048)
+    assert rt.runner.num_blocks == 24
+    prompts, images = [], []
+    for question, seeds in CASES:
+        ids, placed, _ = rendered(rt, question, seeds)
+        prompts.append(ids)
+        images.append(placed)
+    outputs, num_preemptions = run_all(rt.runner, prompts, images=images, budget=8)
+    assert num_preemptions > 0
+    assert outputs == [out for _, out in references]

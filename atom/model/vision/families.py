@@ -27,6 +27,13 @@ FAMILIES = {
     for family in (
         # LLaVA-style: a CLIP/SigLIP tower and a projector; one fixed-size crop an image.
         VisionFamily(architecture="LlavaForConditionalGeneration", join={"pixel_values": 0}),
+        # Idefics3 / SmolVLM: a SigLIP tower and a pixel-shuffle connector over an image
+        # split into crops (plus the whole image scaled down); one image's crops are
+        # [1, crops, ...], and a batch of images one row of all their crops.
+        VisionFamily(
+            architecture="Idefics3ForConditionalGeneration",
+            join={"pixel_values": 1, "pixel_attention_mask": 1},
+        ),
     )
 }
 

@@ -1,0 +1,84 @@
+"""Images read within the media policy (atom/http/media.py), without a server: each
+accepted format decodes to the same pixels, and each refusal is a 400 naming the field."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from atom.config import Settings
+from atom.errors import InvalidRequest
+from atom.http.media import MediaPolicy, image_limit, load_image
+from atom.images import without_image_bytes
+from tests.vision_models import data_url, encoded, picture
+
+POLICY = MediaPolicy()
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "GIF"])
+def test_lossless_formats_decode_to_the_same_image(fmt: str) -> None:
+    """PNG, lossless WebP and a GIF (palette: the picture's colors are few) hash alike."""
+    image = picture(3, fmt=fmt)
+    png = load_image(data_url(image.convert("RGB")), "p", POLICY)
+    other = load_image(data_url(image, fmt), "p", POLICY)
+    assert other.size == (40, 30)
+    assert other.sha256 == png.sha256
+
+
+def test_a_jpeg_decodes_and_a_gif_gives_its_first_frame() -> None:
+    jpeg = load_image(data_url(picture(1), "JPEG"), "p", POLICY)
+    assert jpeg.size == (40, 30) and jpeg.image.mode == "RGB"
+    frames = [picture(1, fmt="GIF"), picture(2, fmt="GIF")]
+    import io
+
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:])
+    url = "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
+    first = load_image(data_url(frames[0].convert("RGB")), "p", POLICY)
+    assert load_image(url, "p", POLICY).sha256 == first.sha256
+
+
+def refused(url: str, policy: MediaPolicy = POLICY) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as caught:
+        load_image(url, "messages.0.content.1", policy)
+    assert caught.value.param == "messages.0.content.1"
+    assert caught.value.message.startswith("messages.0.content.1: ")
+    return caught.value
+
+
+def test_refusals_name_the_field(tmp_path: Path) -> None:
+    (tmp_path / "one.png").write_bytes(encoded(picture(1)))
+    assert "--allowed-local-media-path" in refused(f"file://{tmp_path}/one.png").message
+    allowed = MediaPolicy(local_root=tmp_path.resolve())
+    assert load_image(f"file://{tmp_path}/one.png", "p", allowed).size == (40, 30)
+    assert "outside" in refused(f"file://{tmp_path}/../x.png", allowed).message
+    assert "not allowed" in refused("https://example.com/a.png").message
+    assert "base64" in refused("data:image/png,rawbytes").message
+    assert "not valid base64" in refused("data:image/png;base64,!!!!").message
+    small = MediaPolicy(max_bytes=100, max_pixels=40 * 30 - 1)
+    assert "over 100 bytes" in refused(data_url(picture(1)), small).message
+    few_pixels = MediaPolicy(max_pixels=40 * 30 - 1)
+    assert "--max-image-pixels" in refused(data_url(picture(1)), few_pixels).message
+    bmp = "data:image/png;base64," + base64.b64encode(encoded(picture(1), "BMP")).decode()
+    assert "BMP images are not accepted" in refused(bmp).message
+
+
+def test_the_image_limit_reads_vllms_json() -> None:
+    assert image_limit(None) == 8
+    assert image_limit('{"image": 2}') == 2
+    assert MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3}')).max_images == 3
+    for bad in ('["image"]', '{"image": "two"}', '{"video": 1}'):
+        with pytest.raises(ValueError, match="limit-mm-per-prompt"):
+            image_limit(bad)
+
+
+def test_the_logged_body_keeps_no_image_bytes() -> None:
+    url = data_url(picture(1))
+    body = {"messages": [{"content": [{"image_url": {"url": url}}, {"text": "data:no"}]}]}
+    kept = without_image_bytes(body)["messages"][0]["content"]
+    assert kept[0]["image_url"]["url"].startswith("data:image/png;base64,(omitted: ")
+    assert str(len(url)) in kept[0]["image_url"]["url"]
+    assert url[30:90] not in str(kept)
+    assert kept[1]["text"] == "data:no"  # text that is no data URL stays
