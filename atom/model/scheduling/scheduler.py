@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, TokenLogprobs
 from atom.images import PromptImage, spans
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
-from atom.model.scheduling.kv_cache import KVCacheManager, Span
+from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 
@@ -57,12 +57,6 @@ class Sequence:
         """What keeps its cached prefixes apart from others': the adapter (a hit never
         crosses adapters) and the request's cache salt."""
         return self.lora, self.cache_salt
-
-    @property
-    def prefix_spans(self) -> tuple[Span, ...]:
-        """The prompt's image spans: a block holding an image's placeholders is cached
-        under that image's hash too."""
-        return spans(self.images)
 
     @property
     def is_decoding(self) -> bool:
@@ -270,7 +264,7 @@ class Scheduler:
         if not seq.has_blocks:
             # Prompt logprobs need logits at every prompt position: no prefix hit.
             salt = (None, f"prompt-logprobs:{seq.seq_id}") if wants_prompt else seq.prefix_salt
-            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt, seq.prefix_spans)
+            num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt, spans(seq.images))
             seq.has_blocks, seq.num_computed = True, num_cached
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = num_cached
@@ -331,9 +325,10 @@ class Scheduler:
         )
 
     def _commit(self, seq: Sequence) -> None:
-        """Register the blocks the sequence's computed tokens filled (prefix cache)."""
+        """Register the blocks the sequence's computed tokens filled (prefix cache); a
+        block holding an image's placeholders is keyed by the image's hash too."""
         self.kv.commit(
-            seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt, seq.prefix_spans
+            seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt, spans(seq.images)
         )
 
     def running_loras(self) -> set[str]:
