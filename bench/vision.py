@@ -7,8 +7,9 @@ this process into transformers. Each side gets the same 512x512 picture(s) and
 question, one token of answer:
 
 - time to first token at c=1 (ATOM: a streamed chat with the image as a PNG data URL,
-  from sending to the first token; transformers: the processor and `generate` with
-  `max_new_tokens=1`), the best of `--repeats`, each with a new picture;
+  from sending to the first token; transformers: the same data URL decoded to a PIL
+  image, the processor and `generate` with `max_new_tokens=1`), the best of
+  `--repeats`, each with a new picture;
 - images/s at c=8: eight requests at once, each its own picture (ATOM encodes them in
   one step's vision call), against one transformers `generate` over a batch of eight.
 
@@ -18,6 +19,8 @@ Prints one JSON document; the machine is named in it.
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import sys
 import time
@@ -67,19 +70,24 @@ async def atom_side(url: str, repeats: int) -> dict[str, Any]:
 
 def transformers_side(folder: Path, repeats: int) -> dict[str, Any]:
     import torch
+    from PIL import Image
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     processor = AutoProcessor.from_pretrained(folder)
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
 
     def answer(seeds: list[int]) -> float:
+        urls = [data_url(picture(s, SIZE)) for s in seeds]  # made before the clock, as ATOM's
         started = time.perf_counter()
+        images = [
+            Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))).convert("RGB")
+            for url in urls
+        ]
         parts = [{"type": "image"}, {"type": "text", "text": QUESTION}]
         text = processor.apply_chat_template(
             [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
         )
         texts = [text] * len(seeds)
-        images = [picture(s, SIZE) for s in seeds]
         inputs = processor(text=texts, images=images, return_tensors="pt", add_special_tokens=False)
         with torch.inference_mode():
             model.generate(**inputs, max_new_tokens=1, do_sample=False, pad_token_id=0)
