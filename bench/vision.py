@@ -10,8 +10,10 @@ question, one token of answer:
   from sending to the first token; transformers: the same data URL decoded to a PIL
   image, the processor and `generate` with `max_new_tokens=1`), the best of
   `--repeats`, each with a new picture;
-- images/s at c=8: eight requests at once, each its own picture (ATOM encodes them in
-  one step's vision call), against one transformers `generate` over a batch of eight.
+- images/s at c=8: eight requests at once, each its own picture (ATOM encodes the
+  images of a step in one vision call), against one transformers `generate` over a
+  batch of eight;
+- ATOM's vision step alone, in process: 1 and 8 images encoded in one call.
 
 Prints one JSON document; the machine is named in it.
 """
@@ -99,6 +101,37 @@ def transformers_side(folder: Path, repeats: int) -> dict[str, Any]:
     return {"ttft_s_c1": round(ttft, 4), "images_per_s_c8": round(8 / wall, 2)}
 
 
+def encoder_side(folder: Path) -> dict[str, float]:
+    """ATOM's vision step alone, in process: ms to encode 1 and 8 images in one call."""
+    import torch
+
+    from atom.http.media import MediaPolicy, load_image
+    from atom.model.vision.loading import read_model, vision_forward
+    from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
+
+    vlm, processor = read_model(folder, torch.float32)
+    _, parts = vision_forward(vlm.eval(), processor, "auto", kernels=None)
+    messages = [{"role": "user", "content": [IMAGE_PART, {"type": "text", "text": QUESTION}]}]
+    controls = TemplateControls(chat_template=parts.prompter.chat_template)
+    ids = render_chat(parts.prompter.tokenizer, messages, controls=controls)
+    images = [
+        parts.prompter.expand(ids, [load_image(data_url(picture(s, SIZE)), "", MediaPolicy())])[1][
+            0
+        ]
+        for s in range(8)
+    ]
+    encoder = parts.encoder
+    timings: dict[str, float] = {}
+    with torch.inference_mode():
+        for count in (1, 8):
+            encoder.encode(images[:count])  # warm-up
+            started = time.perf_counter()
+            for _ in range(5):
+                encoder.encode(images[:count])
+            timings[f"encode_{count}_ms"] = round(1000 * (time.perf_counter() - started) / 5, 2)
+    return timings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.vision")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/atom-bench-llava"))
@@ -114,6 +147,7 @@ def main() -> None:
     with server(command, f"http://127.0.0.1:{port}/health", env):
         atom = trio.run(atom_side, f"http://127.0.0.1:{port}", args.repeats)
     reference = transformers_side(folder, args.repeats)
+    atom["vision_step"] = encoder_side(folder)
     result = {
         "machine": machine(),
         "model": "random LLaVA: CLIP-shaped 4 layers x 192 on 224 px / 16 (196 image tokens), "
