@@ -240,3 +240,18 @@ def test_other_apis_refusals_name_their_own_fields(server: Server) -> None:
     r = httpx.post(f"{server.url}/v1/responses", json={"model": NAME, "input": [item]}, timeout=60)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "input.0.content.0"
+
+
+def test_image_tokens_count_against_the_context(server: Server) -> None:
+    """The context is 512 tokens (the tiny model's): a prompt's 16 image tokens leave
+    512 - prompt room for the answer, and one token more is refused."""
+    url = data_url(picture(1))
+    count = httpx.post(
+        f"{server.url}/tokenize", json={"model": NAME, "messages": message(url)}
+    ).json()["count"]
+    body = {"model": NAME, "messages": message(url), "max_tokens": 512 - count + 1}
+    r = httpx.post(server.url + CHAT, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert str(count) in r.json()["error"]["message"]
+    body["max_tokens"] = 512 - count
+    assert httpx.post(server.url + CHAT, json=body, timeout=60).status_code == 200
