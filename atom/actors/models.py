@@ -281,7 +281,15 @@ class Models:
         return paused
 
     async def sleep(self, level: int) -> None:
-        """Every generation model sleeps once what it runs has finished (Batcher.sleep)."""
+        """Every generation model sleeps once what it runs has finished (Batcher.sleep).
+        Level 2 drops weights: refused while a model cannot read them again."""
+        stuck = [c.name for c in self._generation_cores() if c.load_weights is None]
+        if level >= 2 and stuck:
+            raise InvalidRequest(
+                f"sleep level 2 drops the weights and `{stuck[0]}` cannot load them again "
+                "(a vision-language model): use level 1",
+                param="level",
+            )
         async with trio.open_nursery() as nursery:
             for core in self._generation_cores():
                 nursery.start_soon(core.batcher.sleep, level)

@@ -67,6 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, media: Path) -> Iterator[Se
         ATOM_ALLOWED_MEDIA_DOMAINS="127.0.0.1",
         ATOM_LIMIT_MM_PER_PROMPT='{"image": 2}',
         ATOM_MAX_IMAGE_PIXELS=str(200 * 200),
+        ATOM_ENABLE_ADMIN_ROUTES="true",
     ) as running:
         yield running
 
@@ -255,3 +256,17 @@ def test_image_tokens_count_against_the_context(server: Server) -> None:
     assert str(count) in r.json()["error"]["message"]
     body["max_tokens"] = 512 - count
     assert httpx.post(server.url + CHAT, json=body, timeout=60).status_code == 200
+
+
+def test_weights_are_never_dropped_for_good(server: Server) -> None:
+    """A vision model reloads no weights: new weights and a level-2 sleep (which would
+    need them read again) are refused; level 1 sleeps and wakes."""
+    update = httpx.post(
+        f"{server.url}/update_weights_from_disk", json={"model_path": "/tmp"}, timeout=60
+    )
+    assert update.status_code == 400 and "cannot load new weights" in update.text
+    deep = httpx.post(f"{server.url}/sleep", params={"level": "2"}, timeout=60)
+    assert deep.status_code == 400 and "use level 1" in deep.text
+    assert httpx.post(f"{server.url}/sleep", params={"level": "1"}, timeout=60).status_code == 200
+    assert httpx.post(f"{server.url}/wake_up", timeout=60).status_code == 200
+    assert ask(server, data_url(picture(1))).choices[0].message.content
