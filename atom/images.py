@@ -40,6 +40,9 @@ class PromptImage:
     ref: ImageRef
     positions: tuple[int, ...]
     pixels: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # (time, height, width) of its tokens, for a model whose rotary positions follow the
+    # image's grid (Qwen2-VL); empty for the others
+    grid: tuple[int, ...] = ()
 
     @property
     def end(self) -> int:

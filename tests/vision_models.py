@@ -142,6 +142,59 @@ def tiny_idefics3(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+QWEN_TEMPLATE = TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
+
+
+def tiny_qwen2_vl(folder: Path, seed: int = 0) -> Path:
+    """Qwen2-VL: a 2-layer ViT on patches of 8 merged 2x2, at the image's own resolution
+    within 16x16..48x48 pixels (a 40x30 picture: 32x32, a 1x2x2 merged grid, 4 image
+    tokens), and a
+    2-layer Qwen2-VL language model with multimodal rotary positions; saved with its
+    tokenizer and image processor (its processor needs torchvision to be built)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    tokenizer = load_tokenizer(None, cache_dir=Settings().cache_dir)
+    marks = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": marks})
+    tokenizer.chat_template = QWEN_TEMPLATE
+    ids = {mark: tokenizer.convert_tokens_to_ids(mark) for mark in marks}
+    text = {k: v for k, v in TEXT.items() if k != "tie_word_embeddings"}
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "rope_parameters": rope,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            **text,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "num_heads": 4,
+            "hidden_size": TEXT["hidden_size"],
+            "patch_size": 8,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    Qwen2VLImageProcessorPil(
+        min_pixels=16 * 16, max_pixels=48 * 48, patch_size=8, merge_size=2, temporal_patch_size=2
+    ).save_pretrained(folder)
+    return folder
+
+
 def picture(seed: int, size: tuple[int, int] = (40, 30), fmt: str = "PNG") -> Any:
     """A PIL image of random colored blocks (each seed its own picture)."""
     from PIL import Image

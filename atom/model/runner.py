@@ -56,7 +56,9 @@ class SeqChunk:
     prompt_ids: tuple[int, ...] = ()  # filled only when params.needs_history
     output_ids: tuple[int, ...] = ()  # likewise
     lora: str | None = None  # the LoRA adapter the sequence runs with (None: the base model)
-    images: tuple[PromptImage, ...] = ()  # the prompt's images with placeholders in this chunk
+    # The prompt's images that begin before this chunk's end: those with placeholders in
+    # it get their rows placed; grid-following rotary positions need all of them.
+    images: tuple[PromptImage, ...] = ()
 
     @property
     def draft_ids(self) -> tuple[int, ...]:

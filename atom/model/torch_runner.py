@@ -218,9 +218,14 @@ class TorchRunner:
                 wanted.extend(range(len(ids) + n - len(keep[chunk.seq_id]), len(ids) + n))
             ids.extend(chunk.token_ids)
             positions.extend(range(chunk.start_pos, chunk.start_pos + n))
+        grid_positions = None if self._images is None else self._images.positions(chunks)
         out = self.model(
             input_ids=torch.tensor([ids], device=self._device),
-            position_ids=torch.tensor([positions], device=self._device),
+            position_ids=(
+                torch.tensor([positions], device=self._device)
+                if grid_positions is None
+                else grid_positions
+            ),
             use_cache=False,
             logits_to_keep=torch.tensor(wanted, dtype=torch.long, device=self._device),
             step_meta=self._meta(chunks),

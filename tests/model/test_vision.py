@@ -21,13 +21,13 @@ from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
 from tests.model.tiny import BLOCK, GREEDY, plan_step, run_all
-from tests.vision_models import data_url, picture, tiny_idefics3, tiny_llava
+from tests.vision_models import data_url, picture, tiny_idefics3, tiny_llava, tiny_qwen2_vl
 
 QUESTIONS = ("What is in the picture?", "Describe it.", "Which colors?")
 
 
-MAKERS = {"llava": tiny_llava, "idefics3": tiny_idefics3}
-IMAGE_TOKENS = {"llava": 16, "idefics3": 20}  # of a 40x30 picture
+MAKERS = {"llava": tiny_llava, "idefics3": tiny_idefics3, "qwen2_vl": tiny_qwen2_vl}
+IMAGE_TOKENS = {"llava": 16, "idefics3": 20, "qwen2_vl": 4}  # of a 40x30 picture
 
 
 @pytest.fixture(scope="module", params=sorted(MAKERS))
@@ -63,16 +63,10 @@ def rendered(rt: Runtime, question: str, seeds: tuple[int, ...]) -> tuple[Any, .
 
 def reference(folder: Path, question: str, pictures: list[Any]) -> tuple[list[int], list[int]]:
     """transformers' prompt ids and greedy continuation for the same conversation."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
-    processor = AutoProcessor.from_pretrained(folder)
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
-    text = processor.apply_chat_template(
-        conversation(question, len(pictures)), add_generation_prompt=True, tokenize=False
-    )
-    inputs = processor(
-        text=[text], images=pictures or None, return_tensors="pt", add_special_tokens=False
-    )
+    inputs = reference_inputs(folder, model.config, conversation(question, len(pictures)), pictures)
     out = model.generate(
         **inputs,
         max_new_tokens=GREEDY.max_tokens,
@@ -82,6 +76,44 @@ def reference(folder: Path, question: str, pictures: list[Any]) -> tuple[list[in
     )
     prompt = inputs["input_ids"][0].tolist()
     return prompt, out[0, len(prompt) :].tolist()
+
+
+def reference_inputs(
+    folder: Path, config: Any, messages: list[dict[str, Any]], pictures: list[Any]
+) -> dict[str, Any]:
+    """The model's own processor's inputs; for Qwen2-VL (whose processor transformers
+    builds only with torchvision) the same made here from its tokenizer and image
+    processor: each image's pad token once per 2x2 merged patch, and the token types
+    from which transformers computes the rotary positions itself."""
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+
+    if "qwen2_vl" not in config.model_type:
+        processor = AutoProcessor.from_pretrained(folder)
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return dict(
+            processor(text=[text], images=pictures or None, return_tensors="pt",
+                      add_special_tokens=False)
+        )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs: dict[str, Any] = {}
+    if pictures:
+        inputs = dict(
+            AutoImageProcessor.from_pretrained(folder)(images=pictures, return_tensors="pt")
+        )
+        counts = [int(grid.prod()) // 4 for grid in inputs["image_grid_thw"]]
+        pieces = text.split("<|image_pad|>")
+        text = pieces[0] + "".join(
+            "<|image_pad|>" * n + p for n, p in zip(counts, pieces[1:], strict=True)
+        )
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    kinds = (ids == config.image_token_id).int()
+    return {
+        **inputs,
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": kinds,
+    }
 
 
 CASES = ((QUESTIONS[0], (1,)), (QUESTIONS[1], (2, 3)), (QUESTIONS[2], ()))
@@ -165,16 +197,18 @@ def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not(
 
 
 def test_preempted_sequences_encode_their_images_again(llava: Path, references: list[Any]) -> None:
-    """A KV cache of 24 blocks (96 tokens, the longest sequence's 90 fit) holds one or
-    two of the three sequences: the others are preempted mid-prompt or mid-answer and
-    recompute, images included."""
-    rt = runtime(llava, max_model_len=96, kv_cache_memory_bytes=24 * 2048)
-    assert rt.runner.num_blocks == 24
+    """A KV cache just large enough for the longest sequence holds one or two of the
+    three: the others are preempted mid-prompt or mid-answer and recompute, images
+    included."""
     prompts, images = [], []
     for question, seeds in CASES:
-        ids, placed, _ = rendered(rt, question, seeds)
+        ids, placed, _ = rendered(runtime(llava), question, seeds)
         prompts.append(ids)
         images.append(placed)
+    blocks = -(-(max(len(p) for p in prompts) + GREEDY.max_tokens) // BLOCK)
+    block_bytes = 2 * 2 * BLOCK * 2 * 16 * 4  # layers, K and V, slots, kv heads, head dim, f32
+    rt = runtime(llava, max_model_len=blocks * BLOCK, kv_cache_memory_bytes=blocks * block_bytes)
+    assert rt.runner.num_blocks == blocks
     outputs, num_preemptions = run_all(rt.runner, prompts, images=images, budget=8)
     assert num_preemptions > 0
     assert outputs == [out for _, out in references]

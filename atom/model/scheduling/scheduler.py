@@ -321,7 +321,7 @@ class Scheduler:
             prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
             output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
             lora=seq.lora,
-            images=tuple(i for i in seq.images if i.positions[0] < end and i.end > start),
+            images=tuple(i for i in seq.images if i.positions[0] < end),
         )
 
     def _commit(self, seq: Sequence) -> None:

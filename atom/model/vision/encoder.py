@@ -19,14 +19,15 @@ class VisionEncoder:
         self._vision = vision
         self._family = family
         self._dtype = dtype
-        self._device = next(vision.parameters()).device
+        self.device = next(vision.parameters()).device
+        self.mrope = family.mrope  # the language model's positions follow image grids
 
     def encode(self, images: Sequence[PromptImage]) -> list[torch.Tensor]:
         """Each image's rows [its placeholder count, hidden], in order."""
         batch: dict[str, torch.Tensor] = {}
         for key, dim in self._family.join.items():
             joined = torch.cat([torch.as_tensor(i.pixels[key]) for i in images], dim=dim)
-            joined = joined.to(self._device)
+            joined = joined.to(self.device)
             batch[key] = joined.to(self._dtype) if joined.is_floating_point() else joined
         out = self._vision.get_image_features(**batch).pooler_output
         pieces = out if isinstance(out, list | tuple) else [out]

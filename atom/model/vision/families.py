@@ -16,10 +16,13 @@ from typing import Any
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VisionFamily:
     """`join`: the processor tensors `get_image_features` takes, each with the dimension
-    one image's tensor is concatenated along to make a batch."""
+    one image's tensor is concatenated along to make a batch. `mrope`: the language
+    model's rotary positions are (time, height, width) triples, an image's tokens laid
+    out on its grid (atom/model/vision/rope.py)."""
 
     architecture: str
     join: Mapping[str, int]
+    mrope: bool = False
 
 
 FAMILIES = {
@@ -34,6 +37,13 @@ FAMILIES = {
             architecture="Idefics3ForConditionalGeneration",
             join={"pixel_values": 1, "pixel_attention_mask": 1},
         ),
+        # Qwen2-VL: a ViT over patches of the image at its own resolution, merged 2x2;
+        # an image's patches are rows of one [patches, features] tensor, its grid beside.
+        VisionFamily(
+            architecture="Qwen2VLForConditionalGeneration",
+            join={"pixel_values": 0, "image_grid_thw": 0},
+            mrope=True,
+        ),
     )
 }
 
@@ -42,6 +52,7 @@ TEXT_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen2_vl_text": "Qwen2ForCausalLM",  # Qwen2's layers; only its positions differ
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from atom.model.vision.encoder import VisionEncoder
 from atom.model.vision.families import vision_family
+from atom.model.vision.grid_processor import GridProcessor
 from atom.model.vision.prompter import ImagePrompter
 from atom.model.vision.text_view import TextView, vision_half
 
@@ -31,10 +32,22 @@ def read_model(folder: Path, dtype: Any) -> tuple[Any, Any | None]:
         AutoProcessor,
     )
 
-    if vision_family(AutoConfig.from_pretrained(folder)) is None:
+    family = vision_family(AutoConfig.from_pretrained(folder))
+    if family is None:
         return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), None
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
+    if family.mrope:
+        return model, _grid_processor(folder, model.config)
     return model, AutoProcessor.from_pretrained(folder)
+
+
+def _grid_processor(folder: Path, config: Any) -> GridProcessor:
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    image_token = str(tokenizer.convert_ids_to_tokens(int(config.image_token_id)))
+    merge = int(config.vision_config.spatial_merge_size)
+    return GridProcessor(tokenizer, AutoImageProcessor.from_pretrained(folder), image_token, merge)
 
 
 def vision_forward(
@@ -51,5 +64,6 @@ def vision_forward(
     view = TextView(vlm)
     forward = own_forward(view, "atom", kernels=kernels)
     encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
-    prompter = ImagePrompter(processor, int(vlm.config.image_token_id))
+    merge = int(vlm.config.vision_config.spatial_merge_size) if family.mrope else None
+    prompter = ImagePrompter(processor, int(vlm.config.image_token_id), merge)
     return forward, VisionParts(encoder=encoder, prompter=prompter)

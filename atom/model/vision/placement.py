@@ -15,6 +15,7 @@ import torch
 from atom.images import PromptImage
 from atom.model.runner import SeqChunk
 from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.rope import rope_positions
 
 Key = tuple[str, int]  # (sequence, the image's first placeholder position)
 
@@ -29,15 +30,16 @@ class ImageRows:
     def embeds(self, chunks: Sequence[SeqChunk]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(flat-batch rows, their embeddings) for every placeholder in `chunks`; None
         when the step holds none. New images of every chunk are encoded in one call."""
-        if not any(chunk.images for chunk in chunks):
+        held = [(chunk, _held(chunk)) for chunk in chunks]
+        if not any(images for _, images in held):
             return None
-        self._encode_missing(chunks)
+        self._encode_missing(held)
         rows: list[int] = []
         values: list[torch.Tensor] = []
         offset = 0
-        for chunk in chunks:
+        for chunk, images in held:
             start, stop = chunk.start_pos, chunk.start_pos + len(chunk.token_ids)
-            for image in chunk.images:
+            for image in images:
                 key = (chunk.seq_id, image.positions[0])
                 first = bisect_left(image.positions, start)
                 last = bisect_left(image.positions, stop)
@@ -49,10 +51,10 @@ class ImageRows:
         device = values[0].device
         return torch.tensor(rows, dtype=torch.long, device=device), torch.cat(values)
 
-    def _encode_missing(self, chunks: Sequence[SeqChunk]) -> None:
+    def _encode_missing(self, held: list[tuple[SeqChunk, list[PromptImage]]]) -> None:
         missing: dict[Key, PromptImage] = {}
-        for chunk in chunks:
-            for image in chunk.images:
+        for chunk, images in held:
+            for image in images:
                 key = (chunk.seq_id, image.positions[0])
                 if key not in self._rows:
                     missing[key] = image
@@ -60,7 +62,27 @@ class ImageRows:
             encoded = self._encoder.encode(list(missing.values()))
             self._rows.update(zip(missing, encoded, strict=True))
 
+    def positions(self, chunks: Sequence[SeqChunk]) -> torch.Tensor | None:
+        """The step's [3, 1, tokens] rotary positions when the model's follow each image's
+        grid (atom/model/vision/rope.py); None when they are the sequence positions."""
+        if not self._encoder.mrope:
+            return None
+        rows: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for chunk in chunks:
+            stop = chunk.start_pos + len(chunk.token_ids)
+            for row, part in zip(
+                rows, rope_positions(chunk.start_pos, stop, chunk.images), strict=True
+            ):
+                row.extend(part)
+        return torch.tensor(rows, dtype=torch.long, device=self._encoder.device)[:, None, :]
+
     def release(self, seq_id: str) -> None:
         """Forget a sequence's rows (finished, aborted, or preempted mid-prompt)."""
         for key in [k for k in self._rows if k[0] == seq_id]:
             del self._rows[key]
+
+
+def _held(chunk: SeqChunk) -> list[PromptImage]:
+    """The chunk's images with placeholders in it."""
+    start, stop = chunk.start_pos, chunk.start_pos + len(chunk.token_ids)
+    return [image for image in chunk.images if image.end > start and image.positions[0] < stop]

@@ -17,12 +17,15 @@ from atom.images import ImageRef, PromptImage
 
 
 class ImagePrompter:
-    def __init__(self, processor: Any, image_token_id: int) -> None:
+    def __init__(self, processor: Any, image_token_id: int, merge: int | None = None) -> None:
+        """`merge`: the vision tower's spatial merge, for a model whose rotary positions
+        follow each image's grid (PromptImage.grid); None for the others."""
         self._processor = processor
         self.tokenizer = processor.tokenizer
         self._placeholder = str(processor.image_token)
         self._placeholder_id = int(self.tokenizer.convert_tokens_to_ids(self._placeholder))
         self._image_token_id = image_token_id  # where the encoder's rows go
+        self._merge = merge
         # The processor's template knows image parts (None: the tokenizer's).
         self.chat_template: str | None = getattr(processor, "chat_template", None)
 
@@ -54,11 +57,19 @@ class ImagePrompter:
                 num_tokens=len(positions),
                 offset=positions[0],
             )
-            placed.append(PromptImage(ref=ref, positions=positions, pixels=pixels))
+            grid = self._grid(pixels)
+            placed.append(PromptImage(ref=ref, positions=positions, pixels=pixels, grid=grid))
             prompt.extend(expansion)
             last = slot + 1
         prompt.extend(ids[last:])
         return tuple(prompt), tuple(placed)
+
+    def _grid(self, pixels: dict[str, Any]) -> tuple[int, ...]:
+        """The image's tokens as (time, height, width), for grid-following positions."""
+        if self._merge is None:
+            return ()
+        t, h, w = (int(n) for n in pixels["image_grid_thw"][0])
+        return t, h // self._merge, w // self._merge
 
     def _expand(self, image: Any) -> tuple[list[int], dict[str, Any]]:
         """The tokens one image stands for in a prompt, and its tensors for the encoder."""
