@@ -77,7 +77,8 @@ class ImageRows:
         return torch.tensor(rows, dtype=torch.long, device=self._encoder.device)[:, None, :]
 
     def release(self, seq_id: str) -> None:
-        """Forget a sequence's rows (finished, aborted, or preempted mid-prompt)."""
+        """Forget a sequence's rows (finished or aborted). A preempted sequence keeps
+        those of images it had not passed; its recomputation uses them again."""
         for key in [k for k in self._rows if k[0] == seq_id]:
             del self._rows[key]
 
