@@ -145,13 +145,24 @@ def tiny_idefics3(folder: Path, seed: int = 0) -> Path:
 QWEN_TEMPLATE = TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
 
 
-def tiny_qwen2_vl(folder: Path, seed: int = 0) -> Path:
+def tiny_qwen2_5_vl(folder: Path, seed: int = 0) -> Path:
+    """Qwen2.5-VL: as tiny_qwen2_vl, with Qwen2.5-VL's tower (windowed attention but in
+    its last layer, a gated MLP) and language model."""
+    return tiny_qwen2_vl(folder, seed, version="2.5")
+
+
+def tiny_qwen2_vl(folder: Path, seed: int = 0, *, version: str = "2") -> Path:
     """Qwen2-VL: a 2-layer ViT on patches of 8 merged 2x2, at the image's own resolution
     within 16x16..48x48 pixels (a 40x30 picture: 32x32, a 1x2x2 merged grid, 4 image
     tokens), and a
     2-layer Qwen2-VL language model with multimodal rotary positions; saved with its
     tokenizer and image processor (its processor needs torchvision to be built)."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+    )
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
@@ -163,7 +174,18 @@ def tiny_qwen2_vl(folder: Path, seed: int = 0) -> Path:
     ids = {mark: tokenizer.convert_tokens_to_ids(mark) for mark in marks}
     text = {k: v for k, v in TEXT.items() if k != "tie_word_embeddings"}
     rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}
-    config = Qwen2VLConfig(
+    hidden = TEXT["hidden_size"]
+    merge = {"patch_size": 8, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    if version == "2":
+        config_cls, model_cls = Qwen2VLConfig, Qwen2VLForConditionalGeneration
+        tower = {"depth": 2, "embed_dim": 32, "num_heads": 4, "hidden_size": hidden, **merge}
+    else:
+        config_cls, model_cls = Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+        tower = {
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
+            "out_hidden_size": hidden, "window_size": 16, "fullatt_block_indexes": [1], **merge,
+        }  # fmt: skip
+    config = config_cls(
         text_config={
             "vocab_size": len(tokenizer),
             "rope_parameters": rope,
@@ -171,22 +193,14 @@ def tiny_qwen2_vl(folder: Path, seed: int = 0) -> Path:
             "eos_token_id": tokenizer.eos_token_id,
             **text,
         },
-        vision_config={
-            "depth": 2,
-            "embed_dim": 32,
-            "num_heads": 4,
-            "hidden_size": TEXT["hidden_size"],
-            "patch_size": 8,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        },
+        vision_config=tower,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config).eval()
+    model = model_cls(config).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     Qwen2VLImageProcessorPil(

@@ -21,13 +21,25 @@ from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
 from tests.model.tiny import BLOCK, GREEDY, plan_step, run_all
-from tests.vision_models import data_url, picture, tiny_idefics3, tiny_llava, tiny_qwen2_vl
+from tests.vision_models import (
+    data_url,
+    picture,
+    tiny_idefics3,
+    tiny_llava,
+    tiny_qwen2_5_vl,
+    tiny_qwen2_vl,
+)
 
 QUESTIONS = ("What is in the picture?", "Describe it.", "Which colors?")
 
 
-MAKERS = {"llava": tiny_llava, "idefics3": tiny_idefics3, "qwen2_vl": tiny_qwen2_vl}
-IMAGE_TOKENS = {"llava": 16, "idefics3": 20, "qwen2_vl": 4}  # of a 40x30 picture
+MAKERS = {
+    "llava": tiny_llava,
+    "idefics3": tiny_idefics3,
+    "qwen2_vl": tiny_qwen2_vl,
+    "qwen2_5_vl": tiny_qwen2_5_vl,
+}
+IMAGE_TOKENS = {"llava": 16, "idefics3": 20, "qwen2_vl": 4, "qwen2_5_vl": 4}  # 40x30 picture
 
 
 @pytest.fixture(scope="module", params=sorted(MAKERS))
@@ -87,7 +99,7 @@ def reference_inputs(
     from which transformers computes the rotary positions itself."""
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
-    if "qwen2_vl" not in config.model_type:
+    if config.model_type not in ("qwen2_vl", "qwen2_5_vl"):
         processor = AutoProcessor.from_pretrained(folder)
         text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return dict(

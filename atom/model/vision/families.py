@@ -44,6 +44,12 @@ FAMILIES = {
             join={"pixel_values": 0, "image_grid_thw": 0},
             mrope=True,
         ),
+        # Qwen2.5-VL: the same inputs and positions; windowed attention in its tower.
+        VisionFamily(
+            architecture="Qwen2_5_VLForConditionalGeneration",
+            join={"pixel_values": 0, "image_grid_thw": 0},
+            mrope=True,
+        ),
     )
 }
 
@@ -53,6 +59,7 @@ TEXT_ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen2_vl_text": "Qwen2ForCausalLM",  # Qwen2's layers; only its positions differ
+    "qwen2_5_vl_text": "Qwen2ForCausalLM",
 }
 
 
