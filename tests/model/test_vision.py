@@ -48,8 +48,8 @@ def family(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory: pytest.TempPathFactory, family: str) -> Path:
-    """The family's tiny model (named for the first family served)."""
+def folder(tmp_path_factory: pytest.TempPathFactory, family: str) -> Path:
+    """The family's tiny model folder."""
     return MAKERS[family](tmp_path_factory.mktemp(family))
 
 
@@ -132,18 +132,18 @@ CASES = ((QUESTIONS[0], (1,)), (QUESTIONS[1], (2, 3)), (QUESTIONS[2], ()))
 
 
 @pytest.fixture(scope="module")
-def references(llava: Path) -> list[tuple[list[int], list[int]]]:
-    return [reference(llava, q, [picture(s) for s in seeds]) for q, seeds in CASES]
+def references(folder: Path) -> list[tuple[list[int], list[int]]]:
+    return [reference(folder, q, [picture(s) for s in seeds]) for q, seeds in CASES]
 
 
 @pytest.mark.parametrize("cpu_kernels", ["off", "on"])
 @pytest.mark.parametrize("budget", [4096, 8])
 def test_greedy_output_equals_transformers_generate(
-    llava: Path, family: str, references: list[Any], cpu_kernels: str, budget: int
+    folder: Path, family: str, references: list[Any], cpu_kernels: str, budget: int
 ) -> None:
     """One image, two images, and a text-only prompt in one batch; budget 8 splits
     every image's placeholders over several steps."""
-    rt = runtime(llava, cpu_kernels=cpu_kernels)
+    rt = runtime(folder, cpu_kernels=cpu_kernels)
     prompts, images = [], []
     for (question, seeds), (want_prompt, _) in zip(CASES, references, strict=True):
         ids, placed, _ = rendered(rt, question, seeds)
@@ -191,9 +191,9 @@ def run_waves(rt: Runtime, waves: list[list[tuple[tuple[int, ...], tuple[PromptI
 
 
 def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not(
-    llava: Path, references: list[Any]
+    folder: Path, references: list[Any]
 ) -> None:
-    rt = runtime(llava)
+    rt = runtime(folder)
     same, placed, _ = rendered(rt, QUESTIONS[0], (1,))
     other, other_placed, _ = rendered(rt, QUESTIONS[0], (7,))
     assert same == other  # the same placeholders: only the image tells them apart
@@ -208,18 +208,18 @@ def test_a_repeated_image_hits_the_prefix_cache_and_another_image_does_not(
     assert different[0] != first[0]
 
 
-def test_preempted_sequences_encode_their_images_again(llava: Path, references: list[Any]) -> None:
+def test_preempted_sequences_encode_their_images_again(folder: Path, references: list[Any]) -> None:
     """A KV cache just large enough for the longest sequence holds one or two of the
     three: the others are preempted mid-prompt or mid-answer and recompute, images
     included."""
     prompts, images = [], []
     for question, seeds in CASES:
-        ids, placed, _ = rendered(runtime(llava), question, seeds)
+        ids, placed, _ = rendered(runtime(folder), question, seeds)
         prompts.append(ids)
         images.append(placed)
     blocks = -(-(max(len(p) for p in prompts) + GREEDY.max_tokens) // BLOCK)
     block_bytes = 2 * 2 * BLOCK * 2 * 16 * 4  # layers, K and V, slots, kv heads, head dim, f32
-    rt = runtime(llava, max_model_len=blocks * BLOCK, kv_cache_memory_bytes=blocks * block_bytes)
+    rt = runtime(folder, max_model_len=blocks * BLOCK, kv_cache_memory_bytes=blocks * block_bytes)
     assert rt.runner.num_blocks == blocks
     outputs, num_preemptions = run_all(rt.runner, prompts, images=images, budget=8)
     assert num_preemptions > 0
