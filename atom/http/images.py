@@ -15,6 +15,7 @@ from atom.actors.cores import EngineCore
 from atom.errors import InvalidRequest
 from atom.http.media import MediaPolicy, load_image
 from atom.images import PromptImage
+from atom.model.vision.prompter import ImagePrompter, ImageRefused
 from atom.text.prompt import TemplateControls, render_chat
 
 
@@ -39,19 +40,7 @@ def image_prompt(
     """The prompt ids and images of `messages`, whose content lists hold IMAGE_PART where
     each of `sources` goes. 400s name the field: a text-only model, too many images, an
     image the policy refuses or that does not decode, a template that drops images."""
-    prompter = core.images
-    if prompter is None:
-        param = sources[0].param
-        raise InvalidRequest(
-            f"{param}: this model takes text only; image parts need a vision model", param=param
-        )
-    if len(sources) > policy.max_images:
-        param = sources[policy.max_images].param
-        raise InvalidRequest(
-            f"{param}: a prompt may hold at most {policy.max_images} images "
-            "(--limit-mm-per-prompt)",
-            param=param,
-        )
+    prompter = _prompter(core, policy, sources)
     loaded = [load_image(source.url, source.param, policy) for source in sources]
     if controls.chat_template is None and prompter.chat_template:
         controls = dataclasses.replace(controls, chat_template=prompter.chat_template)
@@ -64,8 +53,30 @@ def image_prompt(
             controls=controls,
         )
         return prompter.expand(ids, loaded)
+    except ImageRefused as refused:
+        param = sources[refused.index].param
+        raise InvalidRequest(f"{param}: {refused}", param=param) from None
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="messages") from None
+
+
+def _prompter(
+    core: EngineCore, policy: MediaPolicy, sources: Sequence[ImageSource]
+) -> ImagePrompter:
+    """The model's prompter, when it reads images and these are few enough."""
+    if core.images is None:
+        param = sources[0].param
+        raise InvalidRequest(
+            f"{param}: this model takes text only; image parts need a vision model", param=param
+        )
+    if len(sources) > policy.max_images:
+        param = sources[policy.max_images].param
+        raise InvalidRequest(
+            f"{param}: a prompt may hold at most {policy.max_images} images "
+            "(--limit-mm-per-prompt)",
+            param=param,
+        )
+    return core.images
 
 
 ORIGIN = "origin"  # an image part's key naming the field of the body the client sent

@@ -82,3 +82,30 @@ def test_the_logged_body_keeps_no_image_bytes() -> None:
     assert str(len(url)) in kept[0]["image_url"]["url"]
     assert url[30:90] not in str(kept)
     assert kept[1]["text"] == "data:no"  # text that is no data URL stays
+
+
+def test_an_image_the_processor_refuses_is_a_400_naming_its_part(tmp_path: Path) -> None:
+    """Qwen2-VL's processor refuses an aspect ratio over 200: the second image's part is
+    named, as for any refused image."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from atom.http.images import ImageSource, image_prompt
+    from atom.model.vision.loading import read_model, vision_forward
+    from atom.text.prompt import IMAGE_PART, TemplateControls
+    from tests.vision_models import tiny_qwen2_vl
+
+    vlm, processor = read_model(tiny_qwen2_vl(tmp_path / "qwen"), torch.float32)
+    _, parts = vision_forward(vlm, processor, "auto", kernels=None)
+    core = SimpleNamespace(images=parts.prompter, tokenizer=parts.prompter.tokenizer)
+    urls = [data_url(picture(1)), data_url(picture(2, size=(300, 1)))]
+    sources = [ImageSource(url=u, param=f"messages.0.content.{i}") for i, u in enumerate(urls)]
+    messages = [{"role": "user", "content": [IMAGE_PART, IMAGE_PART]}]
+    with pytest.raises(InvalidRequest) as caught:
+        image_prompt(
+            core, POLICY, messages, sources,  # type: ignore[arg-type]
+            tools=None, template_kwargs={}, controls=TemplateControls(),
+        )  # fmt: skip
+    assert caught.value.param == "messages.0.content.1"
+    assert "aspect ratio" in caught.value.message

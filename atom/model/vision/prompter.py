@@ -16,6 +16,14 @@ from typing import Any
 from atom.images import ImageRef, PromptImage
 
 
+class ImageRefused(ValueError):
+    """The model's processor could not take image `index` of the prompt."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+
+
 class ImagePrompter:
     def __init__(self, processor: Any, image_token_id: int, merge: int | None = None) -> None:
         """`merge`: the vision tower's spatial merge, for a model whose rotary positions
@@ -34,7 +42,8 @@ class ImagePrompter:
     ) -> tuple[tuple[int, ...], tuple[PromptImage, ...]]:
         """`ids`: a conversation rendered by `chat_template`, one placeholder token
         where each of `images` (LoadedImage, in order) goes. Raises ValueError when the
-        template placed another number of images."""
+        template placed another number of images, ImageRefused when the processor cannot
+        take one (Qwen2-VL's refuses an aspect ratio over 200, say)."""
         slots = [i for i, token in enumerate(ids) if token == self._placeholder_id]
         if len(slots) != len(images):
             raise ValueError(
@@ -43,9 +52,12 @@ class ImagePrompter:
         prompt: list[int] = []
         placed: list[PromptImage] = []
         last = 0
-        for slot, image in zip(slots, images, strict=True):
+        for index, (slot, image) in enumerate(zip(slots, images, strict=True)):
             prompt.extend(ids[last:slot])
-            expansion, pixels = self._expand(image.image)
+            try:
+                expansion, pixels = self._expand(image.image)
+            except Exception as exc:  # processors raise what they like for odd images
+                raise ImageRefused(index, f"the model's processor refused it: {exc}") from None
             positions = tuple(
                 len(prompt) + j for j, t in enumerate(expansion) if t == self._image_token_id
             )
