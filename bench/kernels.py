@@ -11,7 +11,6 @@ step is its weight bytes over that bandwidth.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ from atom.config import Settings
 from atom.model.forward.blocks import Q4_1, Q8_0
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
-from bench.run import machine
+from bench.run import machine, publish
 
 # SmolLM2-135M: hidden 576, MLP 1536, 30 layers, q/k/v fused (9 + 2 * 3 heads of 64),
 # gate/up fused; (output features, input features) of each product of a layer.
@@ -131,11 +130,7 @@ def main() -> None:
         "read_gb_per_s": round(bandwidth / 1e9, 1),
         "products": results,
     }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import httpx
 import trio
 
 from bench.load import Sample, Target, fresh_connections, prompt_text, stream_chat, summarize
-from bench.run import MODEL, atom_server, free_port, machine, resident_mb
+from bench.run import MODEL, atom_server, free_port, machine, publish, resident_mb
 
 
 def adapters(folder: Path, count: int, rank: int) -> list[Path]:
@@ -118,10 +118,7 @@ def main() -> None:
     report: dict[str, Any] = {"machine": machine(), "args": vars(args), "results": {}}
     for quantization in args.quantization:
         report["results"][quantization] = run_form(quantization, paths, args)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

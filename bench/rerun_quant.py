@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import tempfile
 from functools import partial
@@ -25,7 +24,7 @@ from atom.config import Settings
 from atom.http.app import create_app
 from atom.request_log import read_log
 from atom.rerun import Rerun, recorded_requests, summarize
-from bench.run import machine
+from bench.run import machine, publish
 from tests.conftest import serving, wait_ready
 from tests.weather import WEATHER
 
@@ -83,10 +82,7 @@ async def main(args: argparse.Namespace) -> None:
         "greedy_first_divergence_chars": _positions(verdicts),
         "divergences": [dataclasses.asdict(v) for v in verdicts if not v.agreed],
     }
-    text = json.dumps(report, indent=1, ensure_ascii=False)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out, ensure_ascii=False)
 
 
 def _positions(verdicts: list[Any]) -> dict[str, float]:

@@ -272,11 +272,15 @@ def main() -> None:
         report["results"]["transformers-generate"] = transformers_floor(
             args.prompt_words, args.output_tokens
         )
-    text = json.dumps(report, indent=1)
+    publish(report, args.out)
+
+
+def publish(report: Any, out: str | None, **dumps: Any) -> None:
+    """Print a bench's JSON report, and write it to `out` too when given."""
+    text = json.dumps(report, **{"indent": 1, **dumps})
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
 
 
 def machine() -> dict[str, Any]:

@@ -29,7 +29,7 @@ import httpx
 import trio
 
 from bench.load import Sample, Target, fresh_connections, stream_chat, summarize
-from bench.run import MODEL, atom_server, free_port, machine
+from bench.run import MODEL, atom_server, free_port, machine, publish
 
 Messages = list[dict[str, str]]
 
@@ -221,11 +221,7 @@ def main() -> None:
     for result in report["results"].values():
         for key, value in result.items():
             value["ratio"] = round(value["output_tok_s"] / base[key]["output_tok_s"], 3)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 import trio
 
 from bench.load import Target, fresh_connections, stream_chat
-from bench.run import free_port, machine, server
+from bench.run import free_port, machine, publish, server
 from tests.vision_models import data_url, picture, tiny_llava
 
 QUESTION = "What is in the picture?"
@@ -158,10 +157,7 @@ def main() -> None:
         "ttft_ratio": round(atom["ttft_s_c1"] / reference["ttft_s_c1"], 3),
         "images_per_s_ratio": round(atom["images_per_s_c8"] / reference["images_per_s_c8"], 3),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(result, args.out, indent=2)
 
 
 if __name__ == "__main__":
