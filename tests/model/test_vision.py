@@ -19,6 +19,7 @@ from atom.model.loader import load_runtime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.model.torch_runner import kv_bytes_per_block
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
 from tests.model.tiny import BLOCK, GREEDY, plan_step, run_all
 from tests.vision_models import (
@@ -213,12 +214,13 @@ def test_preempted_sequences_encode_their_images_again(folder: Path, references:
     three: the others are preempted mid-prompt or mid-answer and recompute, images
     included."""
     prompts, images = [], []
+    whole = runtime(folder)
     for question, seeds in CASES:
-        ids, placed, _ = rendered(runtime(folder), question, seeds)
+        ids, placed, _ = rendered(whole, question, seeds)
         prompts.append(ids)
         images.append(placed)
     blocks = -(-(max(len(p) for p in prompts) + GREEDY.max_tokens) // BLOCK)
-    block_bytes = 2 * 2 * BLOCK * 2 * 16 * 4  # layers, K and V, slots, kv heads, head dim, f32
+    block_bytes = kv_bytes_per_block(whole.runner.model.config, BLOCK, torch.float32)
     rt = runtime(folder, max_model_len=blocks * BLOCK, kv_cache_memory_bytes=blocks * block_bytes)
     assert rt.runner.num_blocks == blocks
     outputs, num_preemptions = run_all(rt.runner, prompts, images=images, budget=8)
