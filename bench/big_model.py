@@ -13,6 +13,7 @@ GGUF's block order. Random weights answer nonsense: serve them with `ignore_eos`
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,24 @@ def copy_tokenizer(writer: Any, source: Path) -> None:
             writer.add_key_value(key, field.contents(), kind)
 
 
-def write(out: Path, seed: int = 0) -> None:
-    h, n, f = SHAPE["hidden"], SHAPE["layers"], SHAPE["ffn"]
-    heads, kv_heads = SHAPE["heads"], SHAPE["kv_heads"]
+Q = gguf.GGMLQuantizationType
+# a layer's weights [rows, cols] from the generator: (GGUF blocks, their type)
+LayerBlocks = Callable[[int, int, torch.Generator], tuple[np.ndarray, Any]]
+
+
+def q4_1_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Any]:
+    return q4_1(torch.randn(rows, cols, generator=gen) * 0.02), Q.Q4_1
+
+
+def write(
+    out: Path, seed: int = 0, shape: Mapping[str, int] = SHAPE, layer: LayerBlocks = q4_1_layer
+) -> None:
+    """The model of `shape` with random weights as a GGUF at `out`: its layers' blocks
+    from `layer`, the tied embedding Q8_0."""
+    h, n, f = shape["hidden"], shape["layers"], shape["ffn"]
+    heads, kv_heads = shape["heads"], shape["kv_heads"]
     head_dim = h // heads
     gen = torch.Generator().manual_seed(seed)
-
-    def rand(rows: int, cols: int) -> torch.Tensor:
-        return torch.randn(rows, cols, generator=gen) * 0.02
-
     writer = gguf.GGUFWriter(str(out), "llama")
     writer.add_name("atom-bench-1b")
     writer.add_block_count(n)
@@ -80,8 +90,8 @@ def write(out: Path, seed: int = 0) -> None:
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
     copy_tokenizer(writer, default_model_path())
     vocab = len(gguf.GGUFReader(str(default_model_path())).fields["tokenizer.ggml.tokens"].data)
-    quantized = gguf.GGMLQuantizationType
-    writer.add_tensor("token_embd.weight", q8_0(rand(vocab, h)), raw_dtype=quantized.Q8_0)
+    embedding = q8_0(torch.randn(vocab, h, generator=gen) * 0.02)
+    writer.add_tensor("token_embd.weight", embedding, raw_dtype=Q.Q8_0)
     writer.add_tensor("output_norm.weight", np.ones(h, dtype=np.float32))
     for i in range(n):
         for name, rows, cols in (
@@ -93,9 +103,8 @@ def write(out: Path, seed: int = 0) -> None:
             ("ffn_up", f, h),
             ("ffn_down", h, f),
         ):
-            writer.add_tensor(
-                f"blk.{i}.{name}.weight", q4_1(rand(rows, cols)), raw_dtype=quantized.Q4_1
-            )
+            blocks, kind = layer(rows, cols, gen)
+            writer.add_tensor(f"blk.{i}.{name}.weight", blocks, raw_dtype=kind)
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(h, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(h, dtype=np.float32))
     writer.write_header_to_file()

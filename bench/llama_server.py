@@ -1,7 +1,9 @@
 """llama.cpp's own server, built once from the sources inside the llama-cpp-python sdist.
 
 `python -m bench.llama_server` builds it (10-20 minutes on 2 cores, once) and prints
-the binary's path; `bench.run --peer llama-server` calls `binary()` the same way. The
+the binary's path; `bench.run --peer llama-server` calls `binary()` the same way.
+`binary("llama-quantize")` is llama.cpp's quantizer from the same build (bench.big_model
+makes its Q4_K_M file with it). The
 build is not tuned by the compiler for this CPU (`GGML_NATIVE=OFF`): the instruction
 sets are named one by one (AVX-512 and VNNI where /proc/cpuinfo lists them), and AMX
 is off: on one of this project's Intel
@@ -58,9 +60,13 @@ def folder() -> Path:
     return Path(Settings().cache_dir) / "bench" / f"llama-server-{VERSION}-{key}"
 
 
-def binary() -> Path:
-    """The built server, building it first when it is not there."""
-    built = folder() / "build" / "bin" / "llama-server"
+TARGETS = ("llama-server", "llama-quantize")
+
+
+def binary(name: str = "llama-server") -> Path:
+    """One of the built TARGETS, building them first when it is not there."""
+    assert name in TARGETS, name
+    built = folder() / "build" / "bin" / name
     if not built.exists():
         _build(folder())
     return built
@@ -75,9 +81,7 @@ def _build(where: Path) -> None:
     source = where / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
     build = where / "build"
     subprocess.run(["cmake", "-S", str(source), "-B", str(build), *cmake_flags()], check=True)
-    subprocess.run(
-        ["cmake", "--build", str(build), "--target", "llama-server", "-j", "2"], check=True
-    )
+    subprocess.run(["cmake", "--build", str(build), "--target", *TARGETS, "-j", "2"], check=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ atom/model/gguf_folder.py), or an embedded model."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,7 @@ from atom.model.gguf_folder import local_folder as local_folder
 from atom.model.runner import Runtime
 
 if TYPE_CHECKING:
+    from atom.model.forward.gguf_blocks import GgufFile
     from atom.model.lora.adapter import LoraAdapter
     from atom.model.vision.loading import VisionParts
 from atom.progress import progress, quiet_library_bars
@@ -116,8 +118,10 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
     )
     # under `auto`, the source GGUF's tensor types decide each layer's form, for these
     # weights and for any loaded later in their place (update_weights_from_disk, wake-up)
-    types = gguf_tensor_types(resolve_source(source)) if settings.quantization == "auto" else None
-    built = _forward_model(settings, source, device, dtype_name, ops, types)
+    auto = settings.quantization == "auto"
+    with open_gguf(resolve_source(source) if auto else None) as file:
+        types = None if file is None else file.types
+        built = _forward_model(settings, source, device, dtype_name, ops, types, file)
     loaded, model, forms = built.loaded, built.model, built.forms
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
@@ -193,7 +197,8 @@ def _load_weights(
     /update_weights_from_disk, a wake-up after a level-2 sleep), each layer in the form
     the served one has; ValueError unless every tensor has the served model's name,
     shape and dtype."""
-    model = _forward_model(settings, path, device, dtype_name, ops, gguf_types).model
+    with open_gguf(resolve_source(path) if gguf_types else None) as file:
+        model = _forward_model(settings, path, device, dtype_name, ops, gguf_types, file).model
     check_same_tensors(tensor_shapes(model), served)
     return model
 
@@ -205,9 +210,11 @@ def _forward_model(
     dtype_name: str,
     ops: Any,
     gguf_types: dict[str, str] | None,
+    gguf_file: GgufFile | None = None,
 ) -> Built:
     """The weights at `source` loaded, behind ATOM's forward and quantized as `settings`
-    say (`gguf_types`: what `auto` follows); with the form each layer kind took."""
+    say (`gguf_types`: what `auto` follows; `gguf_file`: the GGUF they came from, open);
+    with the form each layer kind took."""
     import torch
 
     from atom.model.forward.blocks import embedding_from_head
@@ -227,7 +234,14 @@ def _forward_model(
         model = own_forward(loaded.model, settings.model_impl, kernels=ops)
     else:
         model, vision = vision_forward(loaded.model, loaded.processor, settings.model_impl, ops)
-    forms = quantize(model, settings.quantization, device, kernels=ops, gguf_types=gguf_types)
+    forms = quantize(
+        model,
+        settings.quantization,
+        device,
+        kernels=ops,
+        gguf_types=gguf_types,
+        gguf_file=gguf_file,
+    )
     if forms:
         if isinstance(model, LlamaForward):  # a tied Q8_0 table: one copy, the blocks
             model.embed_tokens = embedding_from_head(model.embed_tokens, model.lm_head)
@@ -248,14 +262,14 @@ def _own_storage(model: Any, source: Any) -> None:
             tensor.data = tensor.data.clone()
 
 
-def gguf_tensor_types(source: Path) -> dict[str, str] | None:
-    """Each tensor's GGUF type by name (`Q4_1`, `F32`, ...); None when `source` is no GGUF."""
-    if source.suffix != ".gguf":
-        return None
-    import gguf  # type: ignore[import-untyped]
+def open_gguf(source: Path | None) -> AbstractContextManager[GgufFile | None]:
+    """The GGUF file at `source` opened for a `with` block (each tensor's type by name,
+    `Q4_1`, `F32`, ...; its 4-bit blocks); None when `source` is none or no GGUF."""
+    if source is None or source.suffix != ".gguf":
+        return nullcontext(None)
+    from atom.model.forward.gguf_blocks import GgufFile
 
-    reader = gguf.GGUFReader(str(source))
-    return {t.name: t.tensor_type.name for t in reader.tensors}
+    return GgufFile(source)
 
 
 def describe(method: str, forms: dict[str, str]) -> str:

@@ -17,8 +17,8 @@ from atom.model.loader import (
     _own_storage,
     default_model_path,
     describe,
-    gguf_tensor_types,
     kv_cache_dtype,
+    open_gguf,
 )
 from tests.model.tiny import TINY, cpu_ops, tiny_model
 
@@ -106,8 +106,10 @@ def test_an_auto_model_of_shipped_blocks_stays_close_to_float() -> None:
 
 
 def test_the_default_models_types_and_their_description() -> None:
-    types = gguf_tensor_types(default_model_path())
-    assert types is not None and types["token_embd.weight"] == "Q8_0"
+    with open_gguf(default_model_path()) as file:
+        assert file is not None
+        types = file.types
+    assert types["token_embd.weight"] == "Q8_0"
     assert sum(t == "Q4_1" for t in types.values()) == 210
     assert describe("auto", {}) == "off" and describe("int8", {"o_proj": "int8"}) == (
         "int8 (o_proj int8)"

@@ -54,19 +54,27 @@ KERNEL_ISAS = ("avx2", "avx512_vnni")
 
 
 def block_product(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, minimums: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    minimums: bool | torch.Tensor,
 ) -> torch.Tensor:
     """What the block kernels compute for x [rows, K] and the weights their blocks stand
     for, in float64: activations quantized per block of 32 to int8 for the d * q part of
-    each weight, in float for its block minimum (Q4_1's m, when `minimums`)."""
+    each weight, in float for its block minimum (Q4_1's m, when `minimums`: each block's
+    smallest weight, or each weight's block minimum [N, K] given)."""
     rows, width = x.shape
     xd, wd = x.double(), weight.double()
     xb = xd.view(rows, width // 32, 32)
     scale = xb.abs().amax(-1, keepdim=True) / 127
     xq = (torch.round(xb / torch.where(scale > 0, scale, 1.0)) * scale).reshape(rows, width)
     w = wd.view(-1, width // 32, 32)
-    low = w.amin(-1, keepdim=True) if minimums else torch.zeros_like(w[..., :1])
-    minimum = low.expand_as(w).reshape(-1, width)
+    if isinstance(minimums, torch.Tensor):
+        minimum = minimums.double()
+    else:
+        low = w.amin(-1, keepdim=True) if minimums else torch.zeros_like(w[..., :1])
+        minimum = low.expand_as(w).reshape(-1, width)
     out = xq @ (wd - minimum).T + xd @ minimum.T
     return (out if bias is None else out + bias.double()).float()
 

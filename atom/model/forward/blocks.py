@@ -35,10 +35,12 @@ class BlockFormat:
     def supports(self, linear: nn.Linear) -> bool:
         return linear.in_features % self.block == 0
 
-    def pack(self, weight: torch.Tensor) -> torch.Tensor:
-        """The blocks of `weight` [N, K], tiled as the kernel reads them; rows of zeros
-        fill the last tile (their outputs are 0)."""
-        return tiled(self.quantize(padded(weight))[0], self)
+    def pack(self, weight: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The blocks of `weight` [N, K] (or its rows of blocks already made, `rows`),
+        tiled as the kernel reads them; rows of zeros fill the last tile (their outputs
+        are 0)."""
+        blocks = self.quantize(padded(weight))[0] if rows is None else padded(rows)
+        return tiled(blocks, self)
 
     def parts(self, blocks: torch.Tensor) -> list[torch.Tensor]:
         """Rows of blocks [N, K / 32 * bytes] as `quantize` stores them (each per-block
@@ -81,13 +83,18 @@ Q8_0 = BlockFormat("Q8_0", q8.quantize_blocks, "q8_linear", ProjectionKind.Q8, (
 
 
 class BlockLinear(nn.Module):
-    def __init__(self, linear: nn.Linear, fmt: BlockFormat, kernels: Any) -> None:
+    """`linear` in blocks of `fmt`: quantized from its weights, or `rows` of blocks made
+    elsewhere (a GGUF's own, gguf_blocks.py)."""
+
+    def __init__(
+        self, linear: nn.Linear, fmt: BlockFormat, kernels: Any, rows: torch.Tensor | None = None
+    ) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.format = fmt
         # buffers, so the model's state_dict (and the weight-update shape check) sees them
-        self.register_buffer("blocks", fmt.pack(linear.weight))
+        self.register_buffer("blocks", fmt.pack(linear.weight, rows))
         bias = None if linear.bias is None else padded(linear.bias.detach().float())
         self.register_buffer("bias", bias)
         self.whole_tiles = linear.out_features % TILE_ROWS == 0  # else zeros fill the last

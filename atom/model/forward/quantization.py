@@ -1,11 +1,12 @@
 """`--quantization`: which weight form each Linear layer of a model takes (CPU).
 
-- `auto` (the default): a GGUF's quantized tensors run on the integer kernels of the
-  format they ship in: Q4_1 and Q8_0 as they are; the types without a kernel yet
-  (Q4_0, the K-quants, ...) as Q8_0 blocks of their dequantized weights; float tensors
-  stay float. A fused projection (q/k/v, gate/up) takes the most precise form among
-  its parts. Weights from safetensors stay float32, and everything stays as loaded
-  without the CPU kernels or on CUDA.
+- `auto` (the default): a GGUF's quantized tensors run on the integer kernels: Q4_1
+  and Q8_0 as they ship; Q4_0 and Q4_K as Q4_1 blocks made from the file's own
+  (`gguf_blocks.py`: Q4_0 exactly, Q4_K with its sub-block scales rounded to float16);
+  the other types (Q5_K, Q6_K, ...) as Q8_0 blocks of their dequantized weights
+  (within half a Q8_0 step); float tensors stay float. A fused projection (q/k/v,
+  gate/up) takes the most precise form among its parts. Weights from safetensors
+  stay float32, and everything stays as loaded without the CPU kernels or on CUDA.
 - `off`: float32.
 - `int8`: every Linear int8, one scale a row (`int8.py`).
 - `int4`: every Linear with a width of a multiple of 32 in Q4_1 blocks, the output
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.gguf_blocks import FOUR_BIT, GgufFile
 from atom.model.forward.int8 import Int8Linear
 
 METHODS = ("auto", "off", "int8", "int4")
@@ -51,10 +53,12 @@ def quantize(
     device: str,
     kernels: Any = None,
     gguf_types: Mapping[str, str] | None = None,
+    gguf_file: GgufFile | None = None,
 ) -> dict[str, str]:
     """Swap `model`'s Linear layers as `method` says (`kernels`: ATOM's CPU kernels
-    module; `gguf_types`: the source GGUF's tensor types by tensor name). Returns the
-    form each layer kind took, e.g. {"qkv_proj": "Q4_1", "lm_head": "Q8_0 (from Q6_K)"}."""
+    module; `gguf_types`: the source GGUF's tensor types by tensor name; `gguf_file`: the
+    GGUF the weights were loaded from, open, for its 4-bit blocks). Returns the form each
+    layer kind took, e.g. {"qkv_proj": "Q4_1", "lm_head": "Q8_0 (from Q6_K)"}."""
     if method not in METHODS:
         raise ValueError(f"unknown --quantization {method!r} (one of {', '.join(METHODS)})")
     if method == "off" or (method == "auto" and (gguf_types is None or kernels is None)):
@@ -72,7 +76,7 @@ def quantize(
         kind = name.rsplit(".", 1)[-1]
         if method == "auto":
             assert gguf_types is not None
-            layer, form = _from_gguf(name, kind, child, gguf_types, kernels)
+            layer, form = _from_gguf(name, kind, child, gguf_types, kernels, gguf_file)
         else:
             layer, form = _by_method(method, kind, child, kernels)
         if layer is not child:
@@ -106,18 +110,27 @@ def _by_method(method: str, kind: str, linear: nn.Linear, kernels: Any) -> tuple
 
 
 def _from_gguf(
-    name: str, kind: str, linear: nn.Linear, types: Mapping[str, str], kernels: Any
+    name: str,
+    kind: str,
+    linear: nn.Linear,
+    types: Mapping[str, str],
+    kernels: Any,
+    file: GgufFile | None,
 ) -> tuple[nn.Module, str]:
-    """The layer in the form its GGUF tensors ship in (the module docstring's rules)."""
-    shipped = sorted({types.get(t, "F32") for t in _gguf_names(name, kind, types)})
+    """The layer in the form its GGUF tensors ship in (the module docstring's rules). A
+    4-bit layer's rows come from `file` where they stand for the loaded weights, else
+    (other weights loaded in their place) from those weights, in the same form."""
+    names = _gguf_names(name, kind, types)
+    shipped = sorted({types.get(t, "F32") for t in names})
     if not shipped or any(t in FLOAT_TYPES for t in shipped):
         return linear, "float"
-    fmt: BlockFormat = Q4_1 if shipped == ["Q4_1"] else Q8_0
+    fmt: BlockFormat = Q4_1 if set(shipped) <= FOUR_BIT else Q8_0
     if not fmt.supports(linear):
         return linear, "float"
+    rows = None if file is None or fmt is not Q4_1 else file.q4_1_rows(names, linear.weight)
     native = shipped == [fmt.name]
     form = fmt.name if native else f"{fmt.name} (from {'+'.join(shipped)})"
-    return BlockLinear(linear, fmt, kernels), form
+    return BlockLinear(linear, fmt, kernels, rows), form
 
 
 def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:

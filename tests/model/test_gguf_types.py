@@ -1,0 +1,150 @@
+"""Each GGUF type `--quantization auto` serves, against the `gguf` package's own
+dequantization: Q4_0, Q4_1 and Q4_K as Q4_1 rows made from the file's blocks, Q8_0,
+Q5_K and Q6_K as Q8_0 blocks of their weights; and the kernels' products on them."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import gguf  # type: ignore[import-untyped]
+import numpy as np
+import pytest
+import torch
+
+from atom.config import Settings
+from atom.model import loader
+from atom.model.forward import q8
+from atom.model.forward.blocks import Q4_1, Q8_0, BlockLinear
+from atom.model.forward.gguf_blocks import as_q4_1, dequantized
+from atom.model.forward.quantization import quantize
+from bench.big_model import write
+from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa
+
+Q = gguf.GGMLQuantizationType
+# where each type keeps its float16 scales (d, then dmin / m) in a block
+SCALES = {
+    Q.Q4_0: (0,),
+    Q.Q4_1: (0, 2),
+    Q.Q8_0: (0,),
+    Q.Q4_K: (0, 2),
+    Q.Q5_K: (0, 2),
+    Q.Q6_K: (208,),
+}
+
+
+def random_blocks(kind: Q, rows: int, cols: int, seed: int) -> np.ndarray:
+    """Rows of `kind` blocks as a file could hold them: random bits, the float16 scales
+    small and positive, Q8_0's values within ±127 and reaching it (as its quantizer
+    makes them)."""
+    rng = np.random.default_rng(seed)
+    width, size = gguf.GGML_QUANT_SIZES[kind]
+    raw = rng.integers(0, 256, (rows, cols // width, size), dtype=np.uint8)
+    for at in SCALES[kind]:
+        scale = rng.uniform(2e-5, 4e-4, raw.shape[:2]).astype(np.float16)
+        raw[..., at : at + 2] = scale.view(np.uint8).reshape(*raw.shape[:2], 2)
+    if kind == Q.Q8_0:
+        raw[..., 2:][raw[..., 2:] == 0x80] = 0x81
+        raw[..., 2] = 127
+    return raw.reshape(rows, -1)
+
+
+def reference(raw: np.ndarray, kind: Q) -> torch.Tensor:
+    return torch.from_numpy(gguf.dequantize(raw, kind).astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q4_K])
+@pytest.mark.parametrize("isa", KERNEL_ISAS)
+def test_four_bit_types_become_q4_1_rows_and_the_kernel_multiplies_them(kind: Q, isa: str) -> None:
+    raw = random_blocks(kind, 48, 512, seed=int(kind))
+    weight = reference(raw, kind)
+    rows = torch.from_numpy(as_q4_1(raw, kind.name))
+    values, bound = dequantized(rows)
+    if kind == Q.Q4_K:  # the sub-blocks' d·sc and dmin·m rounded to float16
+        assert ((values - weight).abs() <= bound).all() and not torch.equal(values, weight)
+    else:
+        assert torch.equal(values, weight)
+    layer = BlockLinear(torch.nn.Linear(512, 48, bias=False), Q4_1, cpu_ops(), rows)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(3))
+    with kernel_isa(isa):
+        got = layer(x)
+    nb = 512 // 32
+    minimum = rows[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
+    expected = block_product(x, values, None, minimums=minimum.repeat_interleave(32, dim=1))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    exact = x @ weight.T
+    assert (got - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
+
+
+@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q5_K, Q.Q6_K])
+def test_eight_bit_and_wider_k_types_become_q8_0_blocks(kind: Q) -> None:
+    raw = random_blocks(kind, 32, 512, seed=int(kind))
+    weight = reference(raw, kind)
+    blocks, values = q8.quantize_blocks(weight)
+    if kind == Q.Q8_0:
+        assert torch.equal(values, weight)
+    else:  # within half a Q8_0 step: 1/254 of the block's largest magnitude
+        largest = weight.view(32, -1, 32).abs().amax(-1, keepdim=True)
+        error = (values - weight).view(32, -1, 32).abs()
+        assert (error <= largest / 254 * 1.001 + 1e-9).all()
+    layer = BlockLinear(torch.nn.Linear(512, 32, bias=False), Q8_0, cpu_ops(), blocks)
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(4))
+    expected = block_product(x, values, None, minimums=False)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-4, atol=1e-5)
+
+
+SHAPE = {"hidden": 256, "layers": 2, "ffn": 512, "heads": 4, "kv_heads": 2}
+
+
+def q4_k_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Q]:
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    return random_blocks(Q.Q4_K, rows, cols, seed), Q.Q4_K
+
+
+@pytest.fixture(scope="module")
+def q4_k_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gguf") / "tiny.Q4_K.gguf"
+    write(out, shape=SHAPE, layer=q4_k_layer)
+    return out
+
+
+def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path) -> None:
+    """The whole load: transformers' float copy (q/k rows reordered for its rotary
+    layout, q/k/v and gate/up fused by ATOM's forward) matched to the file's blocks."""
+    settings = Settings(cache_dir=str(tmp_path))
+    floats = loader.load_model(
+        str(q4_k_file),
+        cache_dir=str(tmp_path),
+        device="cpu",
+        dtype=torch.float32,
+        max_model_len=None,
+    ).model
+    attention = floats.model.layers[1].self_attn
+    names = [f"blk.1.attn_{part}.weight" for part in "qkv"]
+    twin = copy.deepcopy(floats)
+    with loader.open_gguf(q4_k_file) as file:
+        assert file is not None
+        built = loader._forward_model(
+            settings, str(q4_k_file), "cpu", "float32", cpu_ops(), file.types, file
+        )
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        parts = [
+            file.q4_1_rows([name], proj.weight)
+            for name, proj in zip(names, projections, strict=True)
+        ]
+        assert file.q4_1_rows(names[:1], attention.q_proj.weight.flip(1)) is None  # others
+        forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
+    assert set(built.forms.values()) == set(forms.values()) == {"Q4_1 (from Q4_K)", "Q8_0"}
+    assert all(rows is not None for rows in parts)
+    fused = Q4_1.pack(torch.empty(0), torch.cat(parts))
+    assert torch.equal(built.model.layers[1].qkv_proj.blocks, fused)
+    raw = {t.name: t.data for t in gguf.GGUFReader(str(q4_k_file)).tensors}
+    in_file = torch.from_numpy(as_q4_1(np.asarray(raw[names[0]]), "Q4_K"))
+    assert not torch.equal(parts[0], in_file)  # transformers' order, not the file's
+    assert sorted(map(bytes, parts[0].numpy())) == sorted(map(bytes, in_file.numpy()))
+    values, bound = dequantized(parts[0])
+    assert ((values - attention.q_proj.weight).abs() <= bound).all()
+    ids = torch.tensor([[1, 17, 300, 4000, 9]])
+    with torch.inference_mode():
+        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
