@@ -1,5 +1,5 @@
 """A 1B-parameter Llama-shaped model with random weights, as a Q4_1 GGUF:
-`python -m bench.big_model [--out /tmp/atom-bench-1b.Q4_1.gguf]`.
+`python -m bench.big_model [--out /tmp/atom-bench-1b.Q4_1.gguf] [--requantize Q4_K_M]`.
 
 TinyLlama-1.1B's shape (hidden 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads) with
 the default model's tokenizer (vocabulary 49,152, so ~1.07B parameters with the
@@ -13,6 +13,7 @@ GGUF's block order. Random weights answer nonsense: serve them with `ignore_eos`
 from __future__ import annotations
 
 import argparse
+import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -113,12 +114,32 @@ def write(
     writer.close()
 
 
+def requantized(source: Path, kind: str) -> Path:
+    """`source` re-quantized to `kind` (e.g. Q4_K_M) by llama.cpp's own `llama-quantize`
+    (built with llama-server, bench/llama_server.py), beside it: a file as users
+    download them, its tensor types chosen by llama.cpp's rules."""
+    from bench import llama_server
+
+    out = source.with_name(source.name.replace("Q4_1", kind))
+    tool = llama_server.binary("llama-quantize")
+    subprocess.run([str(tool), "--allow-requantize", str(source), str(out), kind], check=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument(
+        "--requantize",
+        metavar="TYPE",
+        help="also write the model re-quantized to TYPE (e.g. Q4_K_M) by llama-quantize",
+    )
     args = p.parse_args()
-    write(Path(args.out))
-    print(args.out)
+    out = Path(args.out)
+    write(out)
+    print(out)
+    if args.requantize:
+        print(requantized(out, args.requantize))
 
 
 if __name__ == "__main__":

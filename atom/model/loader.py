@@ -20,6 +20,7 @@ from atom.model.catalog import (
     resolve_source,
 )
 from atom.model.gguf_folder import local_folder as local_folder
+from atom.model.heap import trim
 from atom.model.runner import Runtime
 
 if TYPE_CHECKING:
@@ -151,6 +152,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "kv_cache_dtype": kv_dtype,
         **({"vision": "on"} if built.vision else {}),
     }
+    trim()  # the load's and the quantization's freed temporaries
     log.info("model_loaded", **description)
     return Runtime(
         description=description,
@@ -200,6 +202,7 @@ def _load_weights(
     with open_gguf(resolve_source(path) if gguf_types else None) as file:
         model = _forward_model(settings, path, device, dtype_name, ops, gguf_types, file).model
     check_same_tensors(tensor_shapes(model), served)
+    trim()
     return model
 
 
@@ -219,7 +222,7 @@ def _forward_model(
 
     from atom.model.forward.blocks import embedding_from_head
     from atom.model.forward.llama_forward import LlamaForward, own_forward
-    from atom.model.forward.quantization import quantize
+    from atom.model.forward.quantization import quantize, tied_quantized_table
     from atom.model.vision.loading import vision_forward
 
     loaded = load_model(
@@ -243,8 +246,10 @@ def _forward_model(
         gguf_file=gguf_file,
     )
     if forms:
-        if isinstance(model, LlamaForward):  # a tied Q8_0 table: one copy, the blocks
-            model.embed_tokens = embedding_from_head(model.embed_tokens, model.lm_head)
+        if isinstance(model, LlamaForward):  # a tied quantized table: one copy, the blocks
+            model.embed_tokens = embedding_from_head(
+                model.embed_tokens, model.lm_head, requantized=tied_quantized_table(gguf_types)
+            )
         _own_storage(model, loaded.model)
     return Built(loaded=loaded, model=model, forms=forms, vision=vision)
 

@@ -12,7 +12,7 @@ from transformers import LlamaConfig
 from atom.model.forward import q8
 from atom.model.forward.blocks import BlockEmbedding, BlockLinear, embedding_from_head
 from atom.model.forward.llama_forward import own_forward
-from atom.model.forward.quantization import quantize
+from atom.model.forward.quantization import quantize, tied_quantized_table
 from atom.model.loader import (
     _own_storage,
     default_model_path,
@@ -164,6 +164,22 @@ def test_a_tied_q8_0_table_is_looked_up_in_the_output_blocks_with_the_same_value
     other.lm_head.weight = other.embed_tokens.weight
     quantize(other, "int4", "cpu", kernels=cpu_ops())
     assert embedding_from_head(other.embed_tokens, other.lm_head) is other.embed_tokens
+    # unless the table is a GGUF's quantized one, tied (a Q6_K table: values re-rounded)
+    approximate = embedding_from_head(other.embed_tokens, other.lm_head, requantized=True)
+    assert isinstance(approximate, BlockEmbedding)
+    got, want = approximate(ids), other.embed_tokens.weight[ids]
+    step = want.view(*ids.shape, -1, 32).abs().amax(-1, keepdim=True) / 127
+    assert not torch.equal(got, want)
+    assert ((got - want).view((*step.shape[:-1], 32)).abs() <= step * 0.501).all()
+    untied = own_forward(tiny_model(LlamaConfig, vocab_size=304), "atom")  # another table
+    quantize(untied, "int4", "cpu", kernels=cpu_ops())
+    assert embedding_from_head(other.embed_tokens, untied.lm_head, requantized=True) is (
+        other.embed_tokens
+    )
+    assert tied_quantized_table({"token_embd.weight": "Q6_K"})
+    assert not tied_quantized_table({"token_embd.weight": "Q6_K", "output.weight": "Q6_K"})
+    assert not tied_quantized_table({"token_embd.weight": "F16"})
+    assert not tied_quantized_table(None)
     ragged = own_forward(tiny_model(LlamaConfig), "atom")  # 300 tokens: a filled-up tile
     quantize(ragged, "int4", "cpu", kernels=cpu_ops())
     assert embedding_from_head(ragged.embed_tokens, ragged.lm_head) is ragged.embed_tokens

@@ -145,14 +145,28 @@ class BlockEmbedding(nn.Module):
         return out.view(*ids.shape, self.embedding_dim)
 
 
-def embedding_from_head(embedding: nn.Embedding, head: nn.Module) -> nn.Module:
+def embedding_from_head(
+    embedding: nn.Embedding, head: nn.Module, *, requantized: bool = False
+) -> nn.Module:
     """A `BlockEmbedding` over `head`'s Q8_0 tiles when they give back every value of
-    `embedding` exactly (a tied Q8_0 table, as the default model's); else `embedding`."""
+    `embedding` exactly (a tied Q8_0 table, as the default model's), or, `requantized`
+    (the table is a GGUF's quantized tensor tied to its output, e.g. Q6_K, so the head's
+    blocks are it re-quantized), each within half a Q8_0 step; else `embedding`."""
     if not isinstance(head, BlockLinear) or head.format is not Q8_0:
         return embedding
     if head.out_features != embedding.num_embeddings or not head.whole_tiles:
         return embedding
     lookup = BlockEmbedding(head)
     ids = torch.arange(embedding.num_embeddings, device=embedding.weight.device)
-    exact = all(torch.equal(lookup(chunk), embedding.weight[chunk]) for chunk in ids.split(4096))
-    return lookup if exact else embedding
+    close = _within_half_a_step if requantized else torch.equal
+    same = all(close(lookup(chunk), embedding.weight[chunk]) for chunk in ids.split(4096))
+    return lookup if same else embedding
+
+
+def _within_half_a_step(values: torch.Tensor, table: torch.Tensor) -> bool:
+    """Whether Q8_0 `values` are each within half a step (1/254 of its block's largest
+    magnitude, and float16's rounding of that step) of the `table` they stand for."""
+    blocks = table.reshape(*table.shape[:-1], -1, Q8_0.block)
+    step = blocks.abs().amax(-1, keepdim=True) / 127
+    error = (values.reshape(blocks.shape) - blocks).abs()
+    return bool((error <= step * (0.5 + 2**-10)).all())

@@ -141,3 +141,12 @@ def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:
     if layer is None or kind not in GGUF_PARTS:
         return []
     return [f"blk.{layer.group(1)}.{part}.weight" for part in GGUF_PARTS[kind]]
+
+
+def tied_quantized_table(types: Mapping[str, str] | None) -> bool:
+    """Whether a GGUF's output projection is its token table (it has no
+    `output.weight`) stored in a quantized type: serving the table from the output's
+    Q8_0 blocks then only re-rounds an already quantized tensor (Q6_K in a Q4_K_M file)."""
+    if types is None or "output.weight" in types:
+        return False
+    return types.get("token_embd.weight", "F32") not in FLOAT_TYPES
