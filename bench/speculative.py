@@ -137,7 +137,7 @@ def counters(url: str) -> dict[str, float]:
 async def workloads(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     await level(target, "free_prose", 1, 2)  # warm-up, not measured
     out: dict[str, Any] = {}
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         for c in args.concurrency:
             before = counters(target.url)
             result = await level(target, workload, c, max(8, 2 * c))
@@ -201,6 +201,7 @@ def main() -> None:
     p.add_argument("--draft-dir", default="/tmp/atom-bench-draft")
     p.add_argument("--tokens", type=int, nargs="+", default=[3], help="num_speculative_tokens")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--lookup", type=int, nargs=2, default=[2, 4], help="prompt_lookup min max")
     p.add_argument("--model", help="served model (default: the default model)")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")

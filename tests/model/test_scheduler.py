@@ -189,6 +189,13 @@ def test_no_drafts_above_the_batch_size_limit_or_past_the_budget() -> None:
     s = speculating(disable_by_batch_size=1)
     decoding(s, PROMPT, PROMPT)
     assert all(c.num_draft_tokens == 0 for c in plan_step(s).chunks)
+    for arrivals, drafts in ((0, [3]), (1, [0, 0])):  # one decodes; another in its prompt
+        s = speculating(disable_by_batch_size=1)
+        decoding(s, PROMPT)
+        waiting = SamplingParams(temperature=0.0, max_tokens=20)
+        for rid in "z"[:arrivals]:
+            s.add(Submit(request_id=rid, prompt_ids=PROMPT, params=waiting))
+        assert [c.num_draft_tokens for c in plan_step(s).chunks] == drafts
     s = speculating()
     decoding(s, PROMPT, PROMPT)
     s.max_num_batched_tokens = 4  # two decodes take 2 of 4 tokens: 2 drafts in all

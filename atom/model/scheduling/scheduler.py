@@ -176,13 +176,12 @@ class Scheduler:
 
     def draft_requests(self) -> list[DraftRequest]:
         """What to ask the proposer before planning a step: each decoding sequence and
-        how many drafts it may take (none above `disable_by_batch_size` of them)."""
+        how many drafts it may take (none while more than `disable_by_batch_size`
+        sequences run, decoding or in their prompts: the batch fills the machine)."""
         spec = self.speculation
-        if spec is None:
+        if spec is None or len(self._seqs) > spec.disable_by_batch_size:
             return []
         decoding = [s for s in self._seqs.values() if s.is_decoding]
-        if len(decoding) > spec.disable_by_batch_size:
-            return []
         requests = [DraftRequest(s.seq_id, s.token_ids, self._room(s, spec)) for s in decoding]
         return [r for r in requests if r.num_tokens > 0]
 
