@@ -2,10 +2,10 @@
 
 Starts ATOM with its defaults, then with each `--methods` proposer (n-gram, suffix, a
 draft model) for each `--tokens` K, and runs the same streaming greedy chats against
-each, one after the other: three
-workloads where drafts should pay (editing a code block, quoting a long text, an
-agent loop repeating its tool-call structure) and one where they should not (free
-prose), at c=1 and c=16. Prints one JSON document: output tokens/s (counted by the
+each, one after the other: workloads where drafts should pay (editing a code block,
+quoting a long text, an agent loop repeating its tool-call structure: `agent_loop`,
+independent histories, and `agent_session`, one growing conversation re-sent each
+turn, its prefix cached) and one where they should not (free prose), at c=1 and c=16. Prints one JSON document: output tokens/s (counted by the
 server's usage, as a chunk may carry several tokens), its ratio to the run without
 drafts, and the acceptance (`spec_decode_*` from /metrics).
 
@@ -92,6 +92,22 @@ def agent(i: int) -> Messages:
     return messages
 
 
+def agent_session(i: int) -> Messages:
+    """One agent's conversation as its framework re-sends it each turn: request i holds
+    the 4 + i turns before it (its own earlier tool calls), so a request's prompt is the
+    one before it plus a turn and its prefix is cached (`agent`'s are all different)."""
+    messages: Messages = [
+        {"role": "system", "content": "Answer every request with one JSON tool call."}
+    ]
+    for j in range(4 + i):
+        city = CITIES[j % len(CITIES)]
+        messages.append({"role": "user", "content": f"What is the weather in {city}?"})
+        call = {"tool": "get_weather", "arguments": {"city": city, "unit": "celsius"}}
+        messages.append({"role": "assistant", "content": json.dumps(call)})
+    ask = f"What is the weather in {CITIES[(4 + i) % len(CITIES)]}?"
+    return [*messages, {"role": "user", "content": ask}]
+
+
 def prose(i: int) -> Messages:
     return [{"role": "user", "content": f"Write a short story about {TOPICS[i % len(TOPICS)]}."}]
 
@@ -100,6 +116,7 @@ WORKLOADS: dict[str, tuple[Callable[[int], Messages], int]] = {  # messages, max
     "edit_code": (edit, 256),
     "quote_text": (quote, 192),
     "agent_loop": (agent, 64),
+    "agent_session": (agent_session, 64),
     "free_prose": (prose, 128),
 }
 
@@ -113,8 +130,8 @@ async def level(
     async with fresh_connections(900) as client:
 
         async def worker() -> None:
-            while queue:
-                samples.append(await stream_chat(client, target, make(queue.pop()), max_tokens))
+            while queue:  # in order: agent_session's turns follow each other
+                samples.append(await stream_chat(client, target, make(queue.pop(0)), max_tokens))
 
         started = trio.current_time()
         async with trio.open_nursery() as nursery:

@@ -33,7 +33,8 @@ class SpeculativeConfig:
     the matches stays at `min_token_prob` or more, at most `max_spec_factor` times the
     match's length. Draft model: the greedy continuation of `model` (a smaller model
     with the same tokenizer: a folder or a GGUF). Above `disable_by_batch_size`
-    decoding sequences nothing is proposed (the batch already fills the machine)."""
+    running sequences (decoding or in their prompts) nothing is proposed (the batch
+    already fills the machine)."""
 
     method: str
     num_speculative_tokens: int
