@@ -2,8 +2,9 @@
 
 Loads the model as the server would (ATOM_* variables apply, e.g.
 `ATOM_KV_CACHE_MEMORY_BYTES`) and prints the process's resident memory (VmRSS) after
-the imports and after the load, beside the bytes of the model's tensors and of its KV
-cache: what is left is Python, torch, the tokenizer and the C heap.
+torch's and transformers' imports and after the load, beside the bytes of the model's
+tensors and of its KV cache: what is left is Python, torch, the tokenizer and the C
+heap.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def main() -> None:
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     started = resident_mb()
+    import torch  # noqa: F401  (what a server imports before loading)
+    import transformers  # noqa: F401
+
     from atom.config import Settings
     from atom.model.loader import load_runtime
 

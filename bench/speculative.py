@@ -5,9 +5,10 @@ draft model) for each `--tokens` K, and runs the same streaming greedy chats aga
 each, one after the other: workloads where drafts should pay (editing a code block,
 quoting a long text, an agent loop repeating its tool-call structure: `agent_loop`,
 independent histories, and `agent_session`, one growing conversation re-sent each
-turn, its prefix cached) and one where they should not (free prose), at c=1 and c=16. Prints one JSON document: output tokens/s (counted by the
-server's usage, as a chunk may carry several tokens), its ratio to the run without
-drafts, and the acceptance (`spec_decode_*` from /metrics).
+turn, its prefix cached) and one where they should not (free prose), at c=1 and
+c=16. Prints one JSON document: output tokens/s (counted by the server's usage, as a
+chunk may carry several tokens), its ratio to the run without drafts, and the
+acceptance (`spec_decode_*` from /metrics).
 
 The draft model is `--draft` (a path or a model name), or without it the default model
 cut to its first `--draft-layers` layers (the same tokenizer; no smaller SmolLM2 ships
