@@ -220,9 +220,8 @@ def _forward_model(
     with the form each layer kind took."""
     import torch
 
-    from atom.model.forward.blocks import embedding_from_head
-    from atom.model.forward.llama_forward import LlamaForward, own_forward
-    from atom.model.forward.quantization import quantize, tied_quantized_table
+    from atom.model.forward.llama_forward import own_forward
+    from atom.model.forward.quantization import quantize
     from atom.model.vision.loading import vision_forward
 
     loaded = load_model(
@@ -237,21 +236,25 @@ def _forward_model(
         model = own_forward(loaded.model, settings.model_impl, kernels=ops)
     else:
         model, vision = vision_forward(loaded.model, loaded.processor, settings.model_impl, ops)
-    forms = quantize(
-        model,
-        settings.quantization,
-        device,
-        kernels=ops,
-        gguf_types=gguf_types,
-        gguf_file=gguf_file,
-    )
+    method = settings.quantization
+    forms = quantize(model, method, device, ops, gguf_types=gguf_types, gguf_file=gguf_file)
     if forms:
-        if isinstance(model, LlamaForward):  # a tied quantized table: one copy, the blocks
-            model.embed_tokens = embedding_from_head(
-                model.embed_tokens, model.lm_head, requantized=tied_quantized_table(gguf_types)
-            )
-        _own_storage(model, loaded.model)
+        _after_quantizing(model, loaded.model, gguf_types)
     return Built(loaded=loaded, model=model, forms=forms, vision=vision)
+
+
+def _after_quantizing(model: Any, source: Any, gguf_types: Mapping[str, str] | None) -> None:
+    """A tied quantized token table read from the output's blocks (one copy), and the
+    tensors `model` keeps from `source` given their own storage."""
+    from atom.model.forward.blocks import embedding_from_head
+    from atom.model.forward.llama_forward import LlamaForward
+    from atom.model.forward.quantization import tied_quantized_table
+
+    if isinstance(model, LlamaForward):
+        model.embed_tokens = embedding_from_head(
+            model.embed_tokens, model.lm_head, requantized=tied_quantized_table(gguf_types)
+        )
+    _own_storage(model, source)
 
 
 def _own_storage(model: Any, source: Any) -> None:
