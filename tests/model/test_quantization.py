@@ -45,13 +45,19 @@ def forms_of(model: Any) -> list[tuple[str, str]]:
 
 def test_auto_runs_each_layer_in_the_format_its_tensors_ship_in() -> None:
     model = own_forward(tiny_model(LlamaConfig), "atom")
-    types = gguf_types(**{"blk.1.attn_v.weight": "Q6_K", "blk.0.ffn_down.weight": "F16"})
+    types = gguf_types(
+        **{
+            "blk.1.attn_v.weight": "Q6_K",
+            "blk.0.ffn_down.weight": "F16",
+            "blk.1.attn_output.weight": "Q4_K",  # no file to read its blocks: from floats
+        }
+    )
     forms = quantize(model, "auto", "cpu", kernels=cpu_ops(), gguf_types=types)
     assert forms == {
         "down_proj": "1 Q4_1, 1 float",
         "gate_up_proj": "Q4_1",
         "lm_head": "Q8_0",
-        "o_proj": "Q4_1",
+        "o_proj": "1 Q4_1, 1 Q4_1 (from Q4_K)",
         "qkv_proj": "1 Q4_1, 1 Q8_0 (from Q4_1+Q6_K)",
     }
     layers = dict(forms_of(model))
