@@ -13,15 +13,8 @@ import argparse
 import dataclasses
 import os
 import time
-from pathlib import Path
 
-from bench.run import machine, publish
-
-
-def resident_mb() -> float:
-    status = Path(f"/proc/{os.getpid()}/status").read_text()
-    line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
-    return round(int(line.split()[1]) / 1024, 1)
+from bench.run import machine, publish, resident_mb
 
 
 def main() -> None:
@@ -29,7 +22,7 @@ def main() -> None:
     p.add_argument("--model", help="a GGUF or folder (default: the default model)")
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
-    started = resident_mb()
+    started = resident_mb(os.getpid())
     import torch  # noqa: F401  (what a server imports before loading)
     import transformers  # noqa: F401
 
@@ -39,7 +32,7 @@ def main() -> None:
     settings = Settings.from_env()
     if args.model:
         settings = dataclasses.replace(settings, model=(args.model,))
-    imported = resident_mb()
+    imported = resident_mb(os.getpid())
     began = time.perf_counter()
     runtime = load_runtime(settings)
     seconds = time.perf_counter() - began
@@ -50,7 +43,7 @@ def main() -> None:
         "model": runtime.description["source"],
         "quantization": runtime.description["quantization"],
         "load_s": round(seconds, 1),
-        "resident_mb": {"start": started, "imported": imported, "loaded": resident_mb()},
+        "resident_mb": {"start": started, "imported": imported, "loaded": resident_mb(os.getpid())},
         "model_tensors_mb": round(sum(t.numel() * t.element_size() for t in tensors) / 2**20, 1),
         "kv_cache_mb": round(int(runtime.description["kv_cache_bytes"]) / 2**20, 1),
     }
