@@ -21,11 +21,12 @@ WHEELS=(
 )
 
 fetch() {
+  local python="${PYTHON:-.venv/bin/python}"  # the project's environment (make setup)
   mkdir -p .whl .gpu
-  python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d .whl "${WHEELS[@]}"
-  python -c "
+  "$python" -c "
 from atom.config import Settings
 from atom.model.loader import load_tokenizer
 load_tokenizer(None, cache_dir=Settings().cache_dir).save_pretrained('.gpu/tokenizer')"
