@@ -152,7 +152,6 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "kv_cache_dtype": kv_dtype,
         **({"vision": "on"} if built.vision else {}),
     }
-    trim()  # the load's and the quantization's freed temporaries
     log.info("model_loaded", **description)
     return Runtime(
         description=description,
@@ -202,7 +201,6 @@ def _load_weights(
     with open_gguf(resolve_source(path) if gguf_types else None) as file:
         model = _forward_model(settings, path, device, dtype_name, ops, gguf_types, file).model
     check_same_tensors(tensor_shapes(model), served)
-    trim()
     return model
 
 
@@ -240,6 +238,7 @@ def _forward_model(
     forms = quantize(model, method, device, ops, gguf_types=gguf_types, gguf_file=gguf_file)
     if forms:
         _after_quantizing(model, loaded.model, gguf_types)
+    trim()  # the load's and the quantization's freed temporaries
     return Built(loaded=loaded, model=model, forms=forms, vision=vision)
 
 
