@@ -118,7 +118,8 @@ def main() -> None:
     p.add_argument("--out", help="write the JSON here too")
     p.add_argument("--markdown", help="write the table here")
     args = p.parse_args()
-    folder = write_model(SHAPES[args.shape], args.tokenizer, args.folder / args.shape, args.dtype)
+    out = args.folder / f"{args.shape}-{args.dtype}"  # a kept folder per shape and dtype
+    folder = write_model(SHAPES[args.shape], args.tokenizer, out, args.dtype)
     run_args = argparse.Namespace(
         **vars(args),
         model=str(folder),
