@@ -20,7 +20,7 @@ from atom.model.catalog import (
     resolve_source,
 )
 from atom.model.gguf_folder import local_folder as local_folder
-from atom.model.heap import trim
+from atom.model.heap import onto_huge_pages, trim
 from atom.model.runner import Runtime
 
 if TYPE_CHECKING:
@@ -243,9 +243,10 @@ def _forward_model(
 
 
 def _after_quantizing(model: Any, source: Any, gguf_types: Mapping[str, str] | None) -> None:
-    """A tied quantized token table read from the output's blocks (one copy), and the
-    tensors `model` keeps from `source` given their own storage."""
-    from atom.model.forward.blocks import embedding_from_head
+    """A tied quantized token table read from the output's blocks (one copy), the
+    tensors `model` keeps from `source` given their own storage, and the blocks the
+    kernels stream put on huge pages."""
+    from atom.model.forward.blocks import BlockLinear, embedding_from_head
     from atom.model.forward.llama_forward import LlamaForward
     from atom.model.forward.quantization import tied_quantized_table
 
@@ -254,6 +255,7 @@ def _after_quantizing(model: Any, source: Any, gguf_types: Mapping[str, str] | N
             model.embed_tokens, model.lm_head, requantized=tied_quantized_table(gguf_types)
         )
     _own_storage(model, source)
+    onto_huge_pages(m.get_buffer("blocks") for m in model.modules() if isinstance(m, BlockLinear))
 
 
 def _own_storage(model: Any, source: Any) -> None:

@@ -138,6 +138,8 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
     assert all(rows is not None for rows in parts)
     fused = Q4_1.pack(torch.empty(0), torch.cat(parts))
     assert torch.equal(built.model.layers[1].qkv_proj.blocks, fused)
+    served = [m.blocks for m in built.model.modules() if isinstance(m, BlockLinear)]
+    assert len({b.untyped_storage().data_ptr() for b in served}) == 1  # one huge-page arena
     raw = {t.name: t.data for t in gguf.GGUFReader(str(q4_k_file)).tensors}
     in_file = torch.from_numpy(as_q4_1(np.asarray(raw[names[0]]), "Q4_K"))
     assert not torch.equal(parts[0], in_file)  # transformers' order, not the file's

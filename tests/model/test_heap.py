@@ -1,0 +1,54 @@
+"""The weights the kernels stream, moved onto one mapping advised for 2 MB pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from atom.model.heap import HUGE_PAGE, onto_huge_pages
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def mapping_of(address: int) -> dict[str, str]:
+    """The fields of /proc/self/smaps for the mapping that holds `address`."""
+    fields: dict[str, str] = {}
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: start-end perms ...
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return fields
+
+
+def test_tensors_move_in_place_and_keep_their_values() -> None:
+    blocks = torch.randint(0, 256, (3_000_001,), dtype=torch.uint8)
+    table = torch.randn(1000, 70)
+    expected = blocks.clone(), table.clone()
+    onto_huge_pages([blocks, table, table])  # one tensor twice (a tied head): moved once
+    assert torch.equal(blocks, expected[0]) and torch.equal(table, expected[1])
+    assert blocks.data_ptr() % HUGE_PAGE == 0  # the first on a 2 MB boundary
+    assert table.data_ptr() % 64 == 0
+    assert table.untyped_storage().data_ptr() == blocks.untyped_storage().data_ptr()
+    table.add_(1)  # still an ordinary tensor, its memory its own
+    assert torch.equal(table, expected[1] + 1) and torch.equal(blocks, expected[0])
+
+
+@pytest.mark.skipif(
+    not THP.exists() or "[never]" in THP.read_text(), reason="no transparent huge pages"
+)
+def test_the_mapping_is_advised_for_huge_pages() -> None:
+    weights = torch.ones(HUGE_PAGE)  # 8 MB
+    onto_huge_pages([weights])
+    assert mapping_of(weights.data_ptr()).get("THPeligible") == "1"
+
+
+def test_only_contiguous_cpu_tensors() -> None:
+    with pytest.raises(ValueError, match="contiguous"):
+        onto_huge_pages([torch.ones(4, 4).t()])
