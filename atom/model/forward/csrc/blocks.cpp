@@ -58,6 +58,13 @@ struct QuantizedRows {
   std::vector<int32_t> offsets;  // Q8_0 only: -128 · Σ xq of each block
 };
 
+// Where block b of row m goes: rows are quantized in jobs of kRowBlock, each job's
+// blocks in block-major order (b · rows + row), as the loops read them (loops.inc).
+inline int64_t slot(int64_t m, int64_t b, int64_t M, int64_t nb) {
+  const int64_t job = m - m % kRowBlock, rows = std::min(kRowBlock, M - job);
+  return job * nb + b * rows + (m - job);
+}
+
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
   const int64_t nb = K / kBlock;
   const bool q4 = format.minimums;
@@ -73,17 +80,18 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
           sum += xb[i];
         }
         const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
-        int8_t* q = out.q.data() + m * K + b * kBlock;
+        const int64_t at = slot(m, b, M, nb);
+        int8_t* q = out.q.data() + at * kBlock;
         int32_t q_sum = 0;
         for (int64_t i = 0; i < kBlock; ++i) {
           q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
           q_sum += q[i];
         }
-        out.scale[m * nb + b] = d;
+        out.scale[at] = d;
         if (q4) {
-          out.sum[m * nb + b] = sum;
+          out.sum[at] = sum;
         } else {
-          out.offsets[m * nb + b] = -128 * q_sum;
+          out.offsets[at] = -128 * q_sum;
         }
       }
     }

@@ -15,10 +15,10 @@ constexpr int64_t kTileRows = 16;
 // One call's worth of rows of x times weight tiles [begin, end) of one format.
 struct BlockJob {
   const uint8_t* weights;  // [N / 16 tiles] in the format's tile layout (blocks.cpp)
-  const int8_t* xq;        // [M, K] activations quantized per 32-block
-  const float* dx;         // [M, K / 32] each block's activation scale
-  const float* sums;       // Q4_1: [M, K / 32] each block's activation sum
-  const int32_t* offsets;  // Q8_0: [M, K / 32] -128 · Σ xq of each block
+  const int8_t* xq;        // [K / 32, M, 32] activations quantized per 32-block
+  const float* dx;         // [K / 32, M] each block's activation scale
+  const float* sums;       // Q4_1: [K / 32, M] each block's activation sum
+  const int32_t* offsets;  // Q8_0: [K / 32, M] -128 · Σ xq of each block
   const float* bias;       // [N] or null
   float* out;              // [M, N]
   int64_t M, N, K;
