@@ -43,6 +43,8 @@ def onto_huge_pages(tensors: Iterable[torch.Tensor]) -> None:
     for tensor in unique:
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
             raise ValueError("onto_huge_pages: contiguous CPU tensors")
+        if tensor._base is not None:  # its base would keep the old memory
+            raise ValueError("onto_huge_pages: tensors that own their memory, not views")
         starts.append(end)
         end += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
     if end == 0:

@@ -52,3 +52,9 @@ def test_the_mapping_is_advised_for_huge_pages() -> None:
 def test_only_contiguous_cpu_tensors() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         onto_huge_pages([torch.ones(4, 4).t()])
+
+
+def test_views_are_refused() -> None:
+    """A view moved would leave its base, and the old memory, alive."""
+    with pytest.raises(ValueError, match="views"):
+        onto_huge_pages([torch.ones(4, 4).view(16)])

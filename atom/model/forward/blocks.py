@@ -71,11 +71,11 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
         n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1) for n in per_block
     ]
     grouped = weights.reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4).permute(0, 2, 3, 1, 4)
-    return (
-        torch.cat((grouped.reshape(tiles, nb, -1), *numbers), dim=2)
-        .reshape(rows, width)
-        .contiguous()
-    )
+    # written into the [N, width] tensor itself: a view of a [tiles, nb, bytes] result
+    # would keep that result alive as its base (heap.onto_huge_pages moves no views)
+    out = torch.empty(rows, width, dtype=blocks.dtype, device=blocks.device)
+    torch.cat((grouped.reshape(tiles, nb, -1), *numbers), dim=2, out=out.view(tiles, nb, -1))
+    return out
 
 
 Q4_1 = BlockFormat("Q4_1", int4.quantize_blocks, "int4_linear", ProjectionKind.INT4, (2, 2), 16)
