@@ -34,8 +34,9 @@ def onto_huge_pages(tensors: Iterable[torch.Tensor]) -> None:
     with 2 MB pages (`madvise(MADV_HUGEPAGE)`, which Linux's default `madvise` setting of
     transparent huge pages honours). The kernels stream every weight once a decode step:
     on 4 KB pages each page costs a TLB walk and restarts the CPU's prefetchers, and a
-    1B model's 4-bit products at one row took 37 ms against 31 ms on 2 MB pages
-    (docs/performance.md). Where the OS gives no huge pages this costs one copy."""
+    1B model's 4-bit layer products at one row took 43 ms against 25 ms on 2 MB pages
+    (`python -m bench.kernels --shape 1b [--huge-pages]`, docs/performance.md). Where
+    the OS gives no huge pages this costs one copy."""
     import torch
 
     unique = list({id(t): t for t in tensors}.values())
