@@ -26,6 +26,8 @@ from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat
 from atom.model.loader import default_model_path
 
 SHAPE = {"hidden": 2048, "layers": 22, "ffn": 5632, "heads": 32, "kv_heads": 4}
+# the default model's (SmolLM2-135M) shape, for the benches that build it at random
+DEFAULT_SHAPE = {"hidden": 576, "layers": 30, "ffn": 1536, "heads": 9, "kv_heads": 3}
 DEFAULT_OUT = "/tmp/atom-bench-1b.Q4_1.gguf"
 
 

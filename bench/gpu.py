@@ -20,12 +20,13 @@ from typing import Any
 
 import trio
 
+from bench.big_model import DEFAULT_SHAPE
 from bench.big_model import SHAPE as ONE_B
 from bench.load import Target, prompt_text
 from bench.run import MODEL, atom_server, free_port, machine, publish, scenarios
 
 SHAPES = {
-    "135m": {"hidden": 576, "layers": 30, "ffn": 1536, "heads": 9, "kv_heads": 3},
+    "135m": DEFAULT_SHAPE,
     "1b": ONE_B,
 }
 

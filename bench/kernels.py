@@ -25,12 +25,13 @@ from atom.model.forward.blocks import Q4_1, Q8_0
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.heap import onto_huge_pages
+from bench.big_model import DEFAULT_SHAPE
 from bench.big_model import SHAPE as ONE_B
 from bench.run import machine, publish
 
 # SmolLM2-135M; the 1B model of bench.big_model. Both with SmolLM2's vocabulary.
 MODEL_SHAPES = {
-    "default": {"hidden": 576, "layers": 30, "ffn": 1536, "heads": 9, "kv_heads": 3},
+    "default": DEFAULT_SHAPE,
     "1b": ONE_B,
 }
 VOCABULARY = 49152
