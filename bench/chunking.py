@@ -18,9 +18,8 @@ from atom.config import Settings
 from atom.events import SamplingParams, Submit
 from atom.model.loader import load_runtime
 from atom.model.runner import Runner
-from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.scheduler import Scheduler
 from bench.run import machine, publish
+from bench.step import bench_scheduler
 
 PROMPT = tuple((j * 7) % 4000 + 100 for j in range(120))
 SHARING = PROMPT[:64] + tuple(range(500, 540))  # the first 64 tokens: four whole blocks
@@ -31,14 +30,7 @@ def answer(
 ) -> list[Any]:
     """PROMPT's greedy answer (`Sampled` records, log-probabilities on), with a token
     budget of `budget` a step, after `before` ran to its end when given."""
-    kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=settings.block_size)
-    scheduler = Scheduler(
-        kv=kv,
-        max_num_seqs=4,
-        max_num_batched_tokens=budget,
-        eos_token_ids=frozenset(),
-        max_model_len=1024,
-    )
+    scheduler = bench_scheduler(runner, settings, 4, budget, 1024)
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True, logprobs=3)
     out: list[Any] = []
     for request_id, prompt in (("before", before), ("prompt", PROMPT)):

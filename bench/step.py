@@ -24,16 +24,24 @@ from bench.run import machine
 PARAMS = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)
 
 
+def bench_scheduler(
+    runner: Runner, settings: Settings, seqs: int, budget: int, max_model_len: int
+) -> Scheduler:
+    """A Scheduler over a fresh KV cache of `runner`'s size: at most `seqs` sequences and
+    `budget` tokens a step, no stop tokens."""
+    kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=settings.block_size)
+    return Scheduler(
+        kv=kv,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+        eos_token_ids=frozenset(),
+        max_model_len=max_model_len,
+    )
+
+
 def decode_steps(runner: Runner, settings: Settings, batch: int, context: int, steps: int) -> float:
     """The median decode step (ms) of `batch` sequences that hold `context` tokens."""
-    kv = KVCacheManager(num_blocks=runner.num_blocks, block_size=settings.block_size)
-    scheduler = Scheduler(
-        kv=kv,
-        max_num_seqs=batch,
-        max_num_batched_tokens=max(2048, context),
-        eos_token_ids=frozenset(),
-        max_model_len=context + steps + 8,
-    )
+    scheduler = bench_scheduler(runner, settings, batch, max(2048, context), context + steps + 8)
     for i in range(batch):
         prompt = tuple((i * 31 + j * 7) % 4000 + 100 for j in range(context))
         scheduler.add(Submit(request_id=str(i), prompt_ids=prompt, params=PARAMS))
