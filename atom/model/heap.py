@@ -47,7 +47,7 @@ def onto_huge_pages(tensors: Iterable[torch.Tensor]) -> None:
         if tensor._base is not None:  # its base would keep the old memory
             raise ValueError("onto_huge_pages: tensors that own their memory, not views")
         starts.append(end)
-        end += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
+        end += -(-tensor.nbytes // ALIGN) * ALIGN
     if end == 0:
         return
     # private (a shared anonymous mapping is shmem, which has its own huge-page switch),
@@ -60,7 +60,6 @@ def onto_huge_pages(tensors: Iterable[torch.Tensor]) -> None:
     memory = memory[-memory.data_ptr() % HUGE_PAGE :]
     with torch.no_grad():
         for tensor, start in zip(unique, starts, strict=True):
-            size = tensor.numel() * tensor.element_size()
-            place = memory[start : start + size].view(tensor.dtype).view(tensor.shape)
+            place = memory[start : start + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
             place.copy_(tensor)
             tensor.set_(place)  # type: ignore[call-overload]
