@@ -47,7 +47,8 @@ WIDTHS = [(32, False), (64, False), (96, True), (160, True), (608, False)]
 
 
 @pytest.mark.parametrize("isa", KERNEL_ISAS)
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 63, 64, 70])  # groups of 4, blocks of 32
+# rows: groups of 4 (VNNI), of 16 and a rest (AMX, from 8), two jobs of the product
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 12, 37, 63, 64, 70, 130])
 @pytest.mark.parametrize(("width", "bias"), WIDTHS)
 def test_int4_linear_matches_the_same_arithmetic(
     isa: str, rows: int, width: int, bias: bool

@@ -105,21 +105,28 @@ def test_mode_choice() -> None:
         cpu_ops("on", device="cpu", dtype=torch.bfloat16, cache_dir=cache)
 
 
-def test_the_int4_loops_run_on_the_best_instruction_set_the_cpu_has() -> None:
+def test_the_int4_loops_run_on_the_best_instruction_set_the_cpu_and_os_allow() -> None:
     """One build serves every x86 CPU with AVX2; AVX-512 with VNNI is used where the
-    CPU lists it (the OS check is the compiler runtime's), never AMX."""
+    CPU lists it (the OS check is the compiler runtime's), AMX only where the CPU lists
+    it too and Linux granted the tile state (else AVX-512: a VM may list AMX and trap)."""
     flags = _cpu_flags()
     wide = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags
-    assert built_ops().kernel_isa() == ("avx512_vnni" if wide else "avx2")
-    with pytest.raises(RuntimeError, match="one of avx2, avx512_vnni"):
+    tiles = wide and {"amx_tile", "amx_int8"} <= flags
+    chosen = built_ops().kernel_isa()
+    allowed = ("amx_int8", "avx512_vnni") if tiles else ("avx512_vnni",) if wide else ("avx2",)
+    assert chosen in allowed
+    if not tiles:
+        with pytest.raises(RuntimeError, match="has no amx_int8"):
+            built_ops().set_kernel_isa("amx_int8")
+    with pytest.raises(RuntimeError, match="one of avx2, avx512_vnni, amx_int8"):
         built_ops().set_kernel_isa("amx")
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None or not X86, reason="needs objdump, x86")
-def test_the_build_keeps_avx512_inside_its_own_loops_and_has_no_amx() -> None:
-    """A CPU without AVX-512 must never meet one of its instructions: a function using
-    512-bit registers is local to the AVX-512 loops' file or one of its entry points,
-    never a shared (weak) copy the linker could hand to other code."""
+def test_the_build_keeps_avx512_and_amx_inside_their_own_loops() -> None:
+    """A CPU without AVX-512 (or AMX) must never meet one of its instructions: a
+    function using 512-bit registers (tiles) is local to its loops' file or one of their
+    entry points, never a shared (weak) copy the linker could hand to other code."""
     path = built_ops().__file__
 
     def objdump(*flags: str) -> list[str]:
@@ -127,16 +134,20 @@ def test_the_build_keeps_avx512_inside_its_own_loops_and_has_no_amx() -> None:
         return run.stdout.splitlines()
 
     binding = {line.split()[-1]: line[17] for line in objdump("-t") if " F " in line}
-    function, wide = "", set()
+    function, wide, tiled = "", set(), set()
     for line in objdump("-d", "--no-show-raw-insn"):
         if line.endswith(">:"):
             function = line.split("<", 1)[1].removesuffix(">:")
         elif "%zmm" in line:
             wide.add(function)
-        assert not any(amx in line for amx in ("tilecfg", "tileload", "tdpb")), line
-    assert wide
+        if any(amx in line for amx in ("tilecfg", "tileload", "tilestore", "tilezero", "tdpb")):
+            tiled.add(function)
+    assert wide and tiled
     for name in wide:
-        assert binding[name] == "l" or ("avx512" in name and binding[name] == "g"), name
+        entry = ("avx512" in name or "amx" in name) and binding[name] == "g"
+        assert binding[name] == "l" or entry, name
+    for name in tiled:
+        assert binding[name] == "l" or ("amx" in name and binding[name] == "g"), name
 
 
 def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path: Path) -> None:

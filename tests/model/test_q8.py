@@ -30,7 +30,7 @@ def test_q8_0_weights_come_back_exactly() -> None:
 
 
 @pytest.mark.parametrize("isa", KERNEL_ISAS)
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 63, 64, 70])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 12, 37, 63, 64, 70, 130])
 @pytest.mark.parametrize(("width", "bias"), [(32, False), (64, True), (96, False), (608, True)])
 def test_q8_linear_matches_the_same_arithmetic(isa: str, rows: int, width: int, bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows * width)

@@ -50,7 +50,7 @@ def cpu_ops() -> Any:
     return load_cpu_ops(Settings().cache_dir)
 
 
-KERNEL_ISAS = ("avx2", "avx512_vnni")
+KERNEL_ISAS = ("avx2", "avx512_vnni", "amx_int8")
 
 
 def block_product(

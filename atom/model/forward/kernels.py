@@ -7,10 +7,10 @@
   padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
   ~2x the kernel per layer (docs/performance.md).
 - `int8_linear` (`linear.cpp`), `int4_linear` and `q8_linear` (`blocks.cpp`, their
-  loops in `loops.inc`) multiply activation rows by int8 rows (one scale each) or
-  GGUF Q4_1 / Q8_0 blocks (tiles of 16 weight rows, every product, prompts too),
-  streaming the weights once per 32 (int8) or 128 (blocks) rows: batch-1 decode is
-  bound by reading them (docs/performance.md has the rates, `python -m
+  loops in `loops.inc` and `loops_amx.cpp`) multiply activation rows by int8 rows
+  (one scale each) or GGUF Q4_1 / Q8_0 blocks (tiles of 16 weight rows, every
+  product, prompts too), streaming the weights once per 32 (int8) or 128 (blocks)
+  rows: batch-1 decode is bound by reading them (docs/performance.md has the rates, `python -m
   bench.kernels` measures them).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
@@ -18,8 +18,10 @@
 The build (~60 s, once per source version) lands under `<cache_dir>/kernels`, in a
 folder named by a fingerprint of the sources, the flags and the torch build. On
 x86 one build serves every CPU with AVX2 (`-march=x86-64-v3`): the block loops are
-compiled for AVX2 and for AVX-512 with VNNI, and `kernel_isa()` picks one at run
-time from what the CPU and the OS support. No kernel uses AMX. A build is announced
+compiled for AVX2, for AVX-512 with VNNI and for AMX (int8 tiles), and `kernel_isa()`
+picks one at run time from what the CPU and the OS support: AMX only after Linux has
+granted the process the tile state (`arch_prctl`), as without it the first tile
+instruction traps. A build is announced
 (`cpu_kernels_building`, then `cpu_kernels_built`).
 """
 
@@ -62,6 +64,7 @@ SOURCES = tuple(
         "blocks.cpp",
         "loops_avx2.cpp",
         "loops_avx512.cpp",
+        "loops_amx.cpp",
         "layer.cpp",
         "lora.cpp",
         "stack.cpp",

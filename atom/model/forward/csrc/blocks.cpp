@@ -17,9 +17,9 @@
 //
 // Every product, one row or thousands, quantizes each row of x per 32-block to int8
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
-// for Q4_1). The inner loops (loops.inc) exist for AVX2 and for AVX-512 with VNNI and
-// give the same bits; which one runs is decided once, from what the CPU and the OS
-// support (kernel_isa). Prefill takes the same loops: on the Intel Xeon VM they beat
+// for Q4_1). The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
+// AMX (loops_amx.cpp), and give the same bits; which one runs is decided once, from
+// what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the Intel Xeon VM they beat
 // the float GEMM on the weights expanded to float32 at every size measured (int4's 120
 // layer products at 512 rows: 201 against 388 ms), and a row's result never depends
 // on the rows beside it.
@@ -31,6 +31,12 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "blocks.h"
 #include "ops.h"
 
@@ -40,16 +46,17 @@ constexpr int64_t kBlock = 32;
 // Rows of x per pass over the weights: a Q4_1 tile (15 KB at K = 1536) stays in L1
 // while they pass, and 128 rows of x (≤ 200 KB) stay in L2.
 constexpr int64_t kRowBlock = 128;
+constexpr int64_t kPadding = 16 * kBlock;  // bytes past the activations any loop may read
 
 struct Format {
   const char* name;
   int64_t block_bytes;   // a row's bytes for one block of 32 weights
   bool minimums;         // Q4_1: each block's activation sum is needed
-  BlockChunk chunks[2];  // by instruction set: avx2, avx512_vnni
+  BlockChunk chunks[3];  // by instruction set (kIsas)
 };
 
-constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512}};
-constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512}};
+constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512, q4_chunk_amx}};
+constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512, q8_chunk_amx}};
 
 struct QuantizedRows {
   std::vector<int8_t> q;
@@ -68,7 +75,8 @@ inline int64_t slot(int64_t m, int64_t b, int64_t M, int64_t nb) {
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
   const int64_t nb = K / kBlock;
   const bool q4 = format.minimums;
-  QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(M * nb),
+  // kPadding: the AMX loops read a job's last block as 16 rows (loops_amx.cpp).
+  QuantizedRows out{std::vector<int8_t>(M * K + kPadding), std::vector<float>(M * nb),
                     std::vector<float>(q4 ? M * nb : 0), std::vector<int32_t>(q4 ? 0 : M * nb)};
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {  // prompts: thousands of rows
     for (int64_t m = begin; m < end; ++m) {
@@ -109,16 +117,53 @@ bool has_avx512_vnni() {
 #endif
 }
 
-constexpr const char* kIsas[] = {"avx2", "avx512_vnni"};
+// AMX: the CPU lists the tile unit with int8, the OS saves the tile registers (XCR0
+// bits 17 and 18), and it grants this process their state when asked (Linux's
+// ARCH_REQ_XCOMP_PERM, once for all threads). Asked at most once.
+bool has_amx_int8() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool granted = [] {
+    unsigned a, b, c, d;
+    if (!has_avx512_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return false;  // AMX-TILE, AMX-INT8
+    uint32_t low, high;
+    __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+    if (((low >> 17) & 3) != 3) return false;
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
+}
+
+constexpr const char* kIsas[] = {"avx2", "avx512_vnni", "amx_int8"};
+constexpr int kAvx512 = 1, kAmx = 2;
+// Fewer rows of x than this take the VNNI loops even where AMX runs: a few rows stream
+// the weights at the memory's pace either way, and from 8 rows the tiles are ahead
+// (bench.kernels --isa avx512_vnni amx_int8, docs/performance.md).
+constexpr int64_t kAmxMinRows = 8;
 std::atomic<int> chosen{-1};  // -1: not decided yet; else an index of kIsas
+
+bool isa_available(int i) {
+  return i == 0 || (i == kAvx512 && has_avx512_vnni()) || (i == kAmx && has_amx_int8());
+}
 
 int isa_index() {
   int i = chosen.load();
   if (i < 0) {
-    i = has_avx512_vnni() ? 1 : 0;
+    i = has_amx_int8() ? kAmx : has_avx512_vnni() ? kAvx512 : 0;
     chosen.store(i);
   }
   return i;
+}
+
+// The loops for a job of M rows: the chosen set's, but VNNI's below kAmxMinRows rows
+// (the same bits: loops_amx.cpp).
+BlockChunk chunk_for(const Format& format, int64_t M) {
+  const int i = isa_index();
+  return format.chunks[i == kAmx && M < kAmxMinRows ? kAvx512 : i];
 }
 
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
@@ -135,7 +180,6 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
   const QuantizedRows xq = quantize_rows(flat.data_ptr<float>(), M, K, format);
   auto out = torch::empty({M, N}, flat.options());
   const torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
-  const BlockChunk chunk = format.chunks[isa_index()];
   for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
     const BlockJob job{blocks.data_ptr<uint8_t>(),
                        xq.q.data() + m0 * K,
@@ -147,6 +191,7 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
                        std::min(kRowBlock, M - m0),
                        N,
                        K};
+    const BlockChunk chunk = chunk_for(format, job.M);
     at::parallel_for(0, N / kTileRows, 1, [&](int64_t begin, int64_t end) { chunk(job, begin, end); });
   }
   auto sizes = x.sizes().vec();
@@ -160,14 +205,14 @@ std::string kernel_isa() { return kIsas[isa_index()]; }
 
 std::string set_kernel_isa(const std::string& name) {
   const std::string before = kernel_isa();
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     if (name == kIsas[i]) {
-      TORCH_CHECK(i == 0 || has_avx512_vnni(), "set_kernel_isa: this CPU has no ", name);
+      TORCH_CHECK(isa_available(i), "set_kernel_isa: this CPU (or its OS) has no ", name);
       chosen.store(i);
       return before;
     }
   }
-  TORCH_CHECK(false, "set_kernel_isa: one of avx2, avx512_vnni, not ", name);
+  TORCH_CHECK(false, "set_kernel_isa: one of avx2, avx512_vnni, amx_int8, not ", name);
 }
 
 // blocks: uint8 [N, K / 32 * 20], Q4_1 tiles (see above); x float32 [..., K].

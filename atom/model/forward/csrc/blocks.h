@@ -1,6 +1,7 @@
 // The block-format products' inner loops, shared by blocks.cpp (which quantizes the
 // activations, splits the work and picks the instruction set) and the loops compiled
-// once per instruction set (loops_avx2.cpp, loops_avx512.cpp, both loops.inc).
+// once per instruction set (loops_avx2.cpp, loops_avx512.cpp, both loops.inc, and
+// loops_amx.cpp).
 // Plain C types only: the files built for AVX-512 must not
 // instantiate a template or inline function another file also uses, whose one kept
 // copy could then carry AVX-512 instructions to a CPU without them.
@@ -30,3 +31,5 @@ void q4_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q4_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
+void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);
+void q8_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);

@@ -13,7 +13,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         release());
   m.def("q8_linear", &q8_linear, "Q8_0 block weights linear, any rows (CPU)", release());
   m.def("kernel_isa", &kernel_isa, "the instruction set the block products run on");
-  m.def("set_kernel_isa", &set_kernel_isa, "use avx2 or avx512_vnni; returns the one before");
+  m.def("set_kernel_isa", &set_kernel_isa, "use avx2, avx512_vnni or amx_int8; returns the one before");
   m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then RMSNorm (CPU, float32)");
   m.def("rope_write", &rope_write, "rotary on q/k in place + K/V cache write (CPU, float32)");
   m.def("silu_mul", &silu_mul, "silu(gate) * up (CPU, float32)");

@@ -20,7 +20,8 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
 
 torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<torch::Tensor> bias);
 
-// The instruction set the block products' loops use ("avx2" or "avx512_vnni"), chosen from
+// The instruction set the block products' loops use ("avx2", "avx512_vnni" or
+// "amx_int8"), chosen from
 // what the CPU and the OS support; set_kernel_isa overrides it (tests, benchmarks)
 // and returns the one before.
 std::string kernel_isa();
