@@ -19,10 +19,10 @@
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
 // for Q4_1). The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
 // AMX (loops_amx.cpp), and give the same bits; which one runs is decided once, from
-// what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the Intel Xeon VM they beat
-// the float GEMM on the weights expanded to float32 at every size measured (int4's 120
-// layer products at 512 rows: 201 against 388 ms), and a row's result never depends
-// on the rows beside it.
+// what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the
+// Intel Xeon VM they beat the float GEMM on the weights expanded to float32 at every
+// size measured (int4's 120 layer products at 512 rows: 201 against 388 ms), and a
+// row's result never depends on the rows beside it.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -124,6 +124,7 @@ bool has_amx_int8() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool granted = [] {
     unsigned a, b, c, d;
+    // AVX-512 first: its check covers the OS's XSAVE support, which xgetbv needs.
     if (!has_avx512_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     if (!((d >> 24) & 1) || !((d >> 25) & 1)) return false;  // AMX-TILE, AMX-INT8
     uint32_t low, high;
