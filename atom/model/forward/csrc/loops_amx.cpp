@@ -106,12 +106,11 @@ struct AmxQ4 {
   static void fold(const uint8_t* p, const Rows& r, int64_t b, int first, const int32_t* sums,
                    Vf* total) {
     const Vf d = hload(p + 256), mins = hload(p + 288);
-    const float *scale = &r.dx[b * r.M + first], *sum_x = &r.sx[b * r.M + first];
+    const float *scale = r.dx + r.at(first, b), *sum_x = r.sx + r.at(first, b);
 #pragma GCC unroll 16  // early, so the totals become registers
     for (int i = 0; i < R; ++i) {
       const Vi sum = _mm512_load_si512(sums + i * kLanes);
-      total[i] = fmadd(to_float(sum), fmul(d, fset(scale[i])), total[i]);
-      total[i] = fmadd(mins, fset(sum_x[i]), total[i]);
+      total[i] = q4_fold(total[i], sum, d, mins, scale[i], sum_x[i]);
     }
   }
 };
@@ -123,12 +122,12 @@ struct AmxQ8 {
   static void fold(const uint8_t* p, const Rows& r, int64_t b, int first, const int32_t* sums,
                    Vf* total) {
     const Vf d = hload(p + 512);
-    const float* scale = &r.dx[b * r.M + first];
-    const int32_t* offset = &r.offsets[b * r.M + first];
+    const float* scale = r.dx + r.at(first, b);
+    const int32_t* offset = r.offsets + r.at(first, b);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const Vi sum = _mm512_add_epi32(q8_start(offset[i]), _mm512_load_si512(sums + i * kLanes));
-      total[i] = fmadd(to_float(sum), fmul(d, fset(scale[i])), total[i]);
+      total[i] = q8_fold(total[i], sum, d, scale[i]);
     }
   }
 };
