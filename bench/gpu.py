@@ -7,8 +7,10 @@ device machine gets it from `bench/gpu.sh fetch`) is written as an HF folder in
 `--dtype`. ATOM serves it with its defaults (CUDA where there is one: bfloat16) at
 each concurrency, streaming chats of `--output-tokens` (`ignore_eos`); transformers'
 `generate` runs the same prompts in batches of that size, greedy, as many new tokens,
-on the same device and dtype. Prints the JSON report; `--markdown` also writes a table
-for docs/performance.md.
+on the same device and dtype. The report also says how far ATOM's greedy answers to
+`--agreement` prompts match `generate`'s, token by token (the CUDA path's check of its
+numbers). Prints the JSON report; `--markdown` also writes a table for
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from bench.big_model import DEFAULT_SHAPE
@@ -88,6 +91,50 @@ def generate_rate(
     return round(batch * output_tokens / (time.perf_counter() - started), 2)
 
 
+AGREEMENT_TOKENS = 32
+
+
+def atom_answers(url: str, count: int) -> list[str]:
+    """ATOM's greedy answers to `count` short chats (AGREEMENT_TOKENS each, EOS ignored)."""
+    answers = []
+    for salt in range(count):
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": prompt_text(30, 1000 + salt)}],
+            "max_tokens": AGREEMENT_TOKENS,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
+        answers.append(reply["choices"][0]["message"]["content"])
+    return answers
+
+
+def agreement(folder: Path, answers: list[str], dtype: str) -> list[int]:
+    """For each of ATOM's answers, how many of `generate`'s greedy tokens (one chat at a
+    time, no padding) it starts with: AGREEMENT_TOKENS where the two agree throughout."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    model = loaded.to(device).eval()  # type: ignore[arg-type]
+    tok = AutoTokenizer.from_pretrained(folder)
+    matched = []
+    for salt, answer in enumerate(answers):
+        chat = [{"role": "user", "content": prompt_text(30, 1000 + salt)}]
+        text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        ids = tok(text, return_tensors="pt")["input_ids"].to(device)
+        settings = {"do_sample": False, "pad_token_id": tok.eos_token_id}
+        new = {"max_new_tokens": AGREEMENT_TOKENS, "min_new_tokens": AGREEMENT_TOKENS}
+        out = model.generate(ids, **new, **settings)[0, ids.shape[1] :].tolist()
+        same = 0
+        while same < len(out) and answer.startswith(str(tok.decode(out[: same + 1]))):
+            same += 1
+        matched.append(same)
+    return matched
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as a table: ATOM against `generate` at each concurrency."""
     atom = {level["concurrency"]: level for level in report["atom"]["levels"]}
@@ -95,9 +142,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"| {c} | {atom[c]['output_tok_s']} | {rate} | {atom[c]['output_tok_s'] / rate:.2f}x |"
         for c, rate in report["generate"].items()
     ]
+    matched = report["agreement"]
     head = [
         f"{report['machine']['cuda'] or report['machine']['cpu']}, model {report['shape']} "
-        f"({report['dtype']}), {report['output_tokens']} output tokens, output tokens/s:",
+        f"({report['dtype']}), {report['output_tokens']} output tokens, output tokens/s "
+        f"(greedy agreement with `generate`: {matched} of {AGREEMENT_TOKENS} tokens):",
         "",
         "| concurrency | ATOM | transformers `generate` | ATOM / generate |",
         "|---|---|---|---|",
@@ -115,6 +164,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--prompt-words", type=int, default=110)
     p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--agreement", type=int, default=4, help="chats compared with generate")
     p.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings for ATOM")
     p.add_argument("--out", help="write the JSON here too")
     p.add_argument("--markdown", help="write the table here")
@@ -134,12 +184,14 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         target = Target(name="atom", url=url, model=MODEL, extra={"ignore_eos": True})
         served = trio.run(scenarios, target, run_args)
+        answers = atom_answers(url, args.agreement)
     report: dict[str, Any] = {
         "machine": machine(),
         "shape": args.shape,
         "dtype": args.dtype,
         "output_tokens": args.output_tokens,
         "atom": served,
+        "agreement": agreement(folder, answers, args.dtype),
         "generate": {
             c: generate_rate(folder, c, args.prompt_words, args.output_tokens, args.dtype)
             for c in args.concurrency
