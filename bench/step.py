@@ -4,6 +4,8 @@ Loads the model as the server would (ATOM_* variables apply: `ATOM_QUANTIZATION=
 prefills `batch` sequences of `--context` tokens through the Scheduler, then times
 `--steps` decode steps of all of them; prints the median step in ms per batch size.
 No HTTP and no event loop: the forward, sampling and the runner's bookkeeping only.
+`--profile` then prints torch.profiler's table (CPU, and CUDA where there is one) over
+the steps of the first batch size: where a step's time goes.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--profile", action="store_true", help="then profile the first batch size")
     args = p.parse_args()
     settings = Settings.from_env()
     runtime = load_runtime(settings)
@@ -78,6 +81,21 @@ def main() -> None:
         },
     }
     print(json.dumps(report, indent=1))
+    if args.profile:
+        profile(runtime.runner, settings, args.batch[0], args.context, args.steps)
+
+
+def profile(runner: Runner, settings: Settings, batch: int, context: int, steps: int) -> None:
+    """torch.profiler's table over `decode_steps` (its prefill included), by own CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        decode_steps(runner, settings, batch, context, steps)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
 if __name__ == "__main__":
