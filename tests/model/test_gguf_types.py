@@ -1,6 +1,7 @@
 """Each GGUF type `--quantization auto` serves, against the `gguf` package's own
-dequantization: Q4_0, Q4_1 and Q4_K as Q4_1 rows made from the file's blocks, Q8_0,
-Q5_K and Q6_K as Q8_0 blocks of their weights; and the kernels' products on them."""
+dequantization: Q4_0, Q4_1 and Q4_K as Q4_1 rows and Q5_0, Q5_1 and Q5_K as Q5_1 rows
+made from the file's blocks, Q8_0 and Q6_K as Q8_0 blocks of their weights; and the
+kernels' products on them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import torch
 from atom.config import Settings
 from atom.model import loader
 from atom.model.forward import q8
-from atom.model.forward.blocks import Q4_1, Q8_0, BlockLinear
-from atom.model.forward.gguf_blocks import as_q4_1, dequantized
+from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.gguf_blocks import as_rows, dequantized
 from atom.model.forward.quantization import quantize
 from bench.big_model import write
 from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa
@@ -28,6 +29,8 @@ SCALES = {
     Q.Q4_1: (0, 2),
     Q.Q8_0: (0,),
     Q.Q4_K: (0, 2),
+    Q.Q5_0: (0,),
+    Q.Q5_1: (0, 2),
     Q.Q5_K: (0, 2),
     Q.Q6_K: (208,),
 }
@@ -53,19 +56,34 @@ def reference(raw: np.ndarray, kind: Q) -> torch.Tensor:
     return torch.from_numpy(gguf.dequantize(raw, kind).astype(np.float32))
 
 
-@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q4_K])
+@pytest.mark.parametrize(
+    ("kind", "fmt"),
+    [
+        (Q.Q4_0, Q4_1),
+        (Q.Q4_1, Q4_1),
+        (Q.Q4_K, Q4_1),
+        (Q.Q5_0, Q5_1),
+        (Q.Q5_1, Q5_1),
+        (Q.Q5_K, Q5_1),
+        (Q.Q4_K, Q5_1),  # a 4-bit part of a fused layer with 5-bit ones
+    ],
+    ids=lambda v: getattr(v, "name", v),
+)
 @pytest.mark.parametrize("isa", KERNEL_ISAS)
-def test_four_bit_types_become_q4_1_rows_and_the_kernel_multiplies_them(kind: Q, isa: str) -> None:
+def test_four_and_five_bit_types_become_block_rows_the_kernel_multiplies(
+    kind: Q, fmt: BlockFormat, isa: str
+) -> None:
     raw = random_blocks(kind, 48, 512, seed=int(kind))
     weight = reference(raw, kind)
-    rows = torch.from_numpy(as_q4_1(raw, kind.name))
-    values, bound = dequantized(rows)
-    if kind == Q.Q4_K:  # the sub-blocks' d·sc and dmin·m rounded to float16
+    five = fmt is Q5_1
+    rows = torch.from_numpy(as_rows(raw, kind.name, five))
+    values, bound = dequantized(rows, five)
+    if kind.name.endswith("_K"):  # the sub-blocks' d·sc and dmin·m rounded to float16
         assert ((values - weight).abs() <= bound).all() and not torch.equal(values, weight)
     else:
         assert torch.equal(values, weight)
-    layer = BlockLinear(torch.nn.Linear(512, 48, bias=False), Q4_1, cpu_ops(), rows)
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(3))
+    layer = BlockLinear(torch.nn.Linear(512, 48, bias=False), fmt, cpu_ops(), rows)
+    x = torch.randn(20, 512, generator=torch.Generator().manual_seed(3))
     with kernel_isa(isa):
         got = layer(x)
     nb = 512 // 32
@@ -76,7 +94,7 @@ def test_four_bit_types_become_q4_1_rows_and_the_kernel_multiplies_them(kind: Q,
     assert (got - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
 
 
-@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q5_K, Q.Q6_K])
+@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q6_K])
 def test_eight_bit_and_wider_k_types_become_q8_0_blocks(kind: Q) -> None:
     raw = random_blocks(kind, 32, 512, seed=int(kind))
     weight = reference(raw, kind)
@@ -129,10 +147,10 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
         )
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
         parts = [
-            file.q4_1_rows([name], proj.weight)
+            file.block_rows([name], proj.weight, five=False)
             for name, proj in zip(names, projections, strict=True)
         ]
-        assert file.q4_1_rows(names[:1], attention.q_proj.weight.flip(1)) is None  # others
+        assert file.block_rows(names[:1], attention.q_proj.weight.flip(1), five=False) is None
         forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
     assert set(built.forms.values()) == set(forms.values()) == {"Q4_1 (from Q4_K)", "Q8_0"}
     assert all(rows is not None for rows in parts)
@@ -141,11 +159,43 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
     served = [m.blocks for m in built.model.modules() if isinstance(m, BlockLinear)]
     assert len({b.untyped_storage().data_ptr() for b in served}) == 1  # one huge-page arena
     raw = {t.name: t.data for t in gguf.GGUFReader(str(q4_k_file)).tensors}
-    in_file = torch.from_numpy(as_q4_1(np.asarray(raw[names[0]]), "Q4_K"))
+    in_file = torch.from_numpy(as_rows(np.asarray(raw[names[0]]), "Q4_K", five=False))
     assert not torch.equal(parts[0], in_file)  # transformers' order, not the file's
     assert sorted(map(bytes, parts[0].numpy())) == sorted(map(bytes, in_file.numpy()))
-    values, bound = dequantized(parts[0])
+    values, bound = dequantized(parts[0], five=False)
     assert ((values - attention.q_proj.weight).abs() <= bound).all()
+    ids = torch.tensor([[1, 17, 300, 4000, 9]])
+    with torch.inference_mode():
+        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+
+
+def q5_k_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Q]:
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    return random_blocks(Q.Q5_K, rows, cols, seed), Q.Q5_K
+
+
+def test_a_q5_k_file_is_served_on_q5_1_blocks_of_its_own(tmp_path: Path) -> None:
+    """A Q5_K file's layers run on Q5_1 blocks made from its blocks (not Q8_0 ones of
+    the floats), and its answers stay those of its float weights."""
+    path = tmp_path / "tiny.Q5_K.gguf"
+    write(path, shape=SHAPE, layer=q5_k_layer)
+    floats = loader.load_model(
+        str(path), cache_dir=str(tmp_path), device="cpu", dtype=torch.float32, max_model_len=None
+    ).model
+    twin = copy.deepcopy(floats)
+    gate = floats.model.layers[0].mlp.gate_proj
+    with loader.open_gguf(path) as file:
+        assert file is not None
+        rows = file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, five=True)
+        assert file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, five=False) is None
+        forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
+    assert set(forms.values()) == {"Q5_1 (from Q5_K)", "Q8_0"}
+    assert rows is not None and torch.equal(
+        twin.model.layers[0].mlp.gate_proj.blocks, Q5_1.pack(gate.weight, rows)
+    )
+    values, bound = dequantized(rows, five=True)
+    assert ((values - gate.weight).abs() <= bound).all()
     ids = torch.tensor([[1, 17, 300, 4000, 9]])
     with torch.inference_mode():
         expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.int4 import quantize_blocks
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
@@ -66,6 +66,22 @@ def test_int4_linear_matches_the_same_arithmetic(
     assert (got[0] - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
 
 
+@pytest.mark.parametrize("isa", KERNEL_ISAS)
+@pytest.mark.parametrize("rows", [1, 3, 7, 12, 37, 70, 130])
+def test_q5_linear_matches_the_same_arithmetic(isa: str, rows: int) -> None:
+    """Q5_1 runs the Q4_1 loops with each nibble given its fifth bit from the tiles' bit
+    planes: every row count, on every instruction set, against the block arithmetic."""
+    gen = torch.Generator().manual_seed(rows)
+    linear = torch.nn.Linear(608, 48)
+    blocks, values = Q5_1.quantize(linear.weight)
+    assert values.sub(linear.weight).abs().max() < linear.weight.abs().max() / 31
+    x = torch.randn(rows, 608, generator=gen)
+    with kernel_isa(isa):
+        got = cpu_ops().q5_linear(x, Q5_1.pack(linear.weight, blocks), linear.bias)
+    expected = block_product(x, values, linear.bias, minimums=True)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_int4_linear_refuses_widths_off_the_block_and_rows_off_the_tile() -> None:
     with pytest.raises(RuntimeError, match="blocks of 32"):
         cpu_ops().int4_linear(torch.zeros(1, 40), torch.zeros(16, 20, dtype=torch.uint8), None)
@@ -73,7 +89,7 @@ def test_int4_linear_refuses_widths_off_the_block_and_rows_off_the_tile() -> Non
         cpu_ops().int4_linear(torch.zeros(1, 32), torch.zeros(24, 20, dtype=torch.uint8), None)
 
 
-@pytest.mark.parametrize("fmt", [Q4_1, Q8_0], ids=lambda fmt: fmt.name)
+@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q8_0], ids=lambda fmt: fmt.name)
 def test_a_layer_whose_outputs_fill_no_whole_tile_gets_them_all(fmt: BlockFormat) -> None:
     linear = torch.nn.Linear(64, 40)  # two tiles and a half
     layer = BlockLinear(linear, fmt, cpu_ops())
@@ -81,11 +97,12 @@ def test_a_layer_whose_outputs_fill_no_whole_tile_gets_them_all(fmt: BlockFormat
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(5))
     got = layer(x)
     assert got.shape == (3, 40) and got.is_contiguous()
-    expected = block_product(x, fmt.quantize(linear.weight)[1], linear.bias, minimums=fmt is Q4_1)
+    values = fmt.quantize(linear.weight)[1]
+    expected = block_product(x, values, linear.bias, minimums=fmt is not Q8_0)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", [Q4_1, Q8_0], ids=lambda fmt: fmt.name)
+@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q8_0], ids=lambda fmt: fmt.name)
 def test_a_row_gets_the_same_bits_alone_among_many_and_on_either_isa(fmt: BlockFormat) -> None:
     """Activations are quantized per row and block, and each output is summed in one
     order whatever the batch holds: a sequence's numbers do not depend on its neighbours
@@ -105,7 +122,8 @@ def test_a_row_gets_the_same_bits_alone_among_many_and_on_either_isa(fmt: BlockF
         assert torch.equal(together, alone) and torch.equal(together, pairs)
         results.append(together)
     assert all(torch.equal(results[0], other) for other in results[1:])
-    expected = block_product(x, fmt.quantize(linear.weight)[1], linear.bias, minimums=fmt is Q4_1)
+    values = fmt.quantize(linear.weight)[1]
+    expected = block_product(x, values, linear.bias, minimums=fmt is not Q8_0)
     torch.testing.assert_close(results[0], expected, rtol=1e-5, atol=1e-3)
 
 

@@ -1,9 +1,10 @@
 """Linear layers whose weights are GGUF blocks, multiplied by ATOM's block kernels.
 
 A `BlockFormat` names one of them: Q4_1 (`int4.py`, the 4-bit layers of
-`--quantization int4` and of GGUF Q4_1 tensors) and Q8_0 (`q8.py`, int4's output
-projection and GGUF Q8_0 tensors). A `BlockLinear` holds one layer's blocks and runs
-every product through the format's kernel (csrc/blocks.cpp), one row or many.
+`--quantization int4` and of GGUF Q4_1 tensors), Q5_1 (`q5.py`, GGUF's 5-bit tensors)
+and Q8_0 (`q8.py`, int4's output projection and GGUF Q8_0 tensors). A `BlockLinear`
+holds one layer's blocks and runs every product through the format's kernel
+(csrc/blocks.cpp), one row or many.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.forward import int4, q8
+from atom.model.forward import int4, q5, q8
 from atom.model.forward.kernels import ProjectionKind
 
 Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -31,6 +32,7 @@ class BlockFormat:
     numbers: tuple[int, ...]  # bytes of each per-block number of a row, in order
     packed: int  # bytes of a block's packed weights
     block: int = 32  # weights a block, along the input
+    planes: bool = False  # the last number is the fifth bits, tiled as bit planes
 
     def supports(self, linear: nn.Linear) -> bool:
         return linear.in_features % self.block == 0
@@ -70,6 +72,8 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     numbers = [
         n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1) for n in per_block
     ]
+    if fmt.planes:
+        numbers[-1] = planes(per_block[-1], tiles)
     grouped = weights.reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4).permute(0, 2, 3, 1, 4)
     # written into the [N, width] tensor itself: a view of a [tiles, nb, bytes] result
     # would keep that result alive as its base (heap.onto_huge_pages moves no views)
@@ -78,7 +82,23 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     return out
 
 
+def planes(fifth: torch.Tensor, tiles: int) -> torch.Tensor:
+    """The fifth bits [N, nb, 4] (bit i of a block's 32: weight i's) as each tile
+    block's eight 64-bit planes [tiles, nb, 64]: for group k (inputs 4k.. in the low
+    nibbles, 16 + 4k.. in the high ones) the low nibbles' plane, then the high ones';
+    bit 4j + i of a plane is row j's byte i of the group (csrc/blocks.cpp)."""
+    nb = fifth.shape[1]
+    bits = (fifth.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1  # [N, nb, 4, 8]
+    # weight w = half · 16 + 4k + i of row j -> [tiles, nb, k, half, j, i]
+    bits = bits.reshape(tiles, TILE_ROWS, nb, 2, 4, 4).permute(0, 2, 4, 3, 1, 5)
+    octets = bits.reshape(tiles, nb, 4, 2, 8, 8) << torch.arange(8, dtype=torch.uint8)
+    return octets.sum(-1, dtype=torch.uint8).reshape(tiles, nb, 64)
+
+
 Q4_1 = BlockFormat("Q4_1", int4.quantize_blocks, "int4_linear", ProjectionKind.INT4, (2, 2), 16)
+Q5_1 = BlockFormat(
+    "Q5_1", q5.quantize_blocks, "q5_linear", ProjectionKind.Q5, (2, 2, 4), 16, planes=True
+)
 Q8_0 = BlockFormat("Q8_0", q8.quantize_blocks, "q8_linear", ProjectionKind.Q8, (2,), 32)
 
 

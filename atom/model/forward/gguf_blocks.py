@@ -1,17 +1,19 @@
-"""A GGUF file's 4-bit tensors as Q4_1 rows, read from the file's own blocks.
+"""A GGUF file's 4- and 5-bit tensors as Q4_1 or Q5_1 rows, read from its own blocks.
 
 transformers loads a GGUF dequantized to float32 (atom/model/gguf_folder.py), and
-Q4_1 and Q8_0 blocks come back exactly from those floats; the other 4-bit types do
-not (a Q4_0 or Q4_K block whose values miss q = 0 or 15 re-quantizes to other
-blocks). So under `--quantization auto` their Q4_1 rows are made from the file's
-blocks:
+Q4_1 and Q8_0 blocks come back exactly from those floats; the other 4- and 5-bit
+types do not (a Q4_0 or Q4_K block whose values miss q = 0 or 15 re-quantizes to
+other blocks). So under `--quantization auto` their Q4_1 (4-bit) or Q5_1 (5-bit, or
+a fused layer mixing 4- and 5-bit parts) rows are made from the file's blocks:
 
-- Q4_0 (d, 32 q): d · (q - 8) is Q4_1's d · q + m with m = -8 d, exactly;
-- Q4_1: as it is;
-- Q4_K (a super-block of 256: d, dmin, eight 6-bit scales sc and minimums m, 256 q):
-  each sub-block of 32 is d·sc · q - dmin·m, a Q4_1 block with scale d·sc and minimum
-  -dmin·m, both rounded to float16 (relative error at most 2^-11 of each, against the
-  format's own step of 1/15 of a sub-block's range).
+- Q4_0 (d, 32 q): d · (q - 8) is Q4_1's d · q + m with m = -8 d, exactly; Q5_0
+  likewise, d · (q - 16) with m = -16 d;
+- Q4_1, Q5_1: as they are;
+- Q4_K and Q5_K (a super-block of 256: d, dmin, eight 6-bit scales sc and minimums m,
+  256 q): each sub-block of 32 is d·sc · q - dmin·m, a block with scale d·sc and
+  minimum -dmin·m, both rounded to float16 (relative error at most 2^-11 of each,
+  against the format's own step of 1/15 or 1/31 of a sub-block's range);
+- a 4-bit block in Q5_1 rows: its q (0..15) with the fifth bit clear.
 
 The rows are matched to the Linear's by their values (transformers reorders q/k rows
 for its rotary layout, and a fused layer stacks its parts), and used only when they
@@ -27,48 +29,66 @@ from typing import Any
 import numpy as np
 import torch
 
+from atom.model.forward import q5
+
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K"})  # the types that become Q4_1 rows
+FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # with those: Q5_1 rows
 BLOCK = 32
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray]  # scale, minimum [N, nb]; q [N, nb, 32]
 
 
-def as_q4_1(raw: np.ndarray, kind: str) -> np.ndarray:
-    """Rows of `kind` blocks (uint8 [N, bytes a row]) as ATOM's Q4_1 rows (int4.py: a
-    row's float16 scales, then its minimums, then its nibbles)."""
-    rows = raw.shape[0]
-    if kind == "Q4_K":
-        scale, minimum, q = _q4_k(raw)
-    else:
-        size = 18 if kind == "Q4_0" else 20
-        blocks = raw.reshape(rows, -1, size)
-        scale = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)
-        if kind == "Q4_0":
-            minimum = -8 * scale
-        else:
-            minimum = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-        packed = blocks[..., size - 16 :]
-        q = np.concatenate((packed & 0x0F, packed >> 4), axis=-1)  # [N, nb, 32]
+def as_rows(raw: np.ndarray, kind: str, five: bool) -> np.ndarray:
+    """Rows of `kind` blocks (uint8 [N, bytes a row]) as ATOM's Q5_1 rows (`five`,
+    q5.py) or Q4_1 rows (int4.py: a row's float16 scales, then its minimums, then its
+    nibbles; `kind` a 4-bit type)."""
+    scale, minimum, q = _k_parts(raw, kind) if kind.endswith("_K") else _parts(raw, kind)
+    if five:
+        half = torch.from_numpy
+        rows = q5.pack(half(scale.astype(np.float16)), half(minimum.astype(np.float16)), half(q))
+        return rows.numpy()
     nibbles = q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)
     return np.concatenate(
         (
-            scale.astype(np.float16).view(np.uint8).reshape(rows, -1),
-            minimum.astype(np.float16).view(np.uint8).reshape(rows, -1),
-            nibbles.astype(np.uint8).reshape(rows, -1),
+            scale.astype(np.float16).view(np.uint8).reshape(len(raw), -1),
+            minimum.astype(np.float16).view(np.uint8).reshape(len(raw), -1),
+            nibbles.astype(np.uint8).reshape(len(raw), -1),
         ),
         axis=1,
     )
 
 
-def _q4_k(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each sub-block of 32 of Q4_K rows: (scale d·sc, minimum -dmin·m, q [.., 32])."""
+def _parts(raw: np.ndarray, kind: str) -> Parts:
+    """Q4_0, Q4_1, Q5_0, Q5_1 rows taken apart (q: the nibbles, with GGUF's fifth bits
+    qh added for the 5-bit types)."""
+    size = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24}[kind]
+    blocks = raw.reshape(len(raw), -1, size)
+    scale = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)
+    if kind.endswith("_0"):
+        minimum = (-16 if kind == "Q5_0" else -8) * scale
+    else:
+        minimum = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    packed = blocks[..., size - 16 :]
+    q = np.concatenate((packed & 0x0F, packed >> 4), axis=-1)  # [N, nb, 32]
+    if kind.startswith("Q5"):
+        qh = blocks[..., size - 20 : size - 16].copy().view(np.uint32)  # [N, nb, 1]
+        q = q | (((qh >> np.arange(BLOCK, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
+    return scale, minimum, q
+
+
+def _k_parts(raw: np.ndarray, kind: str) -> Parts:
+    """Each sub-block of 32 of Q4_K or Q5_K rows: (scale d·sc, minimum -dmin·m, q)."""
     from gguf.quants import Q4_K  # type: ignore[import-untyped]
 
-    rows = raw.shape[0]
-    blocks = raw.reshape(-1, 144)
+    rows, five = len(raw), kind == "Q5_K"
+    blocks = raw.reshape(-1, 176 if five else 144)
     d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
     dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
     sc, m = Q4_K.get_scale_min(blocks[:, 4:16])
-    packed = blocks[:, 16:].reshape(-1, 4, 1, 32)  # four groups of 32 bytes: two sub-blocks
-    q = (packed >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    packed = blocks[:, 48 if five else 16 :].reshape(-1, 4, 1, 32)  # 4 groups: 2 sub-blocks
+    q = ((packed >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0x0F).reshape(-1, 8, 32)
+    if five:  # sub-block s takes bit s of each of the 32 bytes of qh
+        qh = blocks[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+        q = q | ((qh & 1) << 4)
     return (
         (d * sc.astype(np.float32)).reshape(rows, -1),
         (-dmin * m.astype(np.float32)).reshape(rows, -1),
@@ -76,21 +96,27 @@ def _q4_k(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def dequantized(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """ATOM's Q4_1 rows [N, nb * 20] as (the weights they stand for [N, K], each
-    weight's float16 rounding bound: 2^-10 of its block's 15 |d| + |m|)."""
+def dequantized(rows: torch.Tensor, five: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """ATOM's Q4_1 rows [N, nb * 20] (or Q5_1 rows, `five`) as (the weights they stand
+    for [N, K], each weight's float16 rounding bound: 2^-10 of its block's
+    (15 or 31) |d| + |m|)."""
     n, width = rows.shape
-    nb = width // 20
-    scale = rows[:, : 2 * nb].contiguous().view(torch.float16).float().unsqueeze(-1)
-    minimum = rows[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float().unsqueeze(-1)
-    packed = rows[:, 4 * nb :].reshape(n, nb, BLOCK // 2)
-    q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()
-    bound = (15 * scale.abs() + minimum.abs()) * 2**-10
-    return (q * scale + minimum).reshape(n, -1), bound.expand(n, nb, BLOCK).reshape(n, -1)
+    if five:
+        scale, minimum, q = q5.unpack(rows)
+    else:
+        nb = width // 20
+        scale = rows[:, : 2 * nb].contiguous().view(torch.float16).float()
+        minimum = rows[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
+        packed = rows[:, 4 * nb :].reshape(n, nb, BLOCK // 2)
+        q = torch.cat((packed & 0x0F, packed >> 4), dim=-1)
+    scale, minimum = scale.unsqueeze(-1), minimum.unsqueeze(-1)
+    bound = ((31 if five else 15) * scale.abs() + minimum.abs()) * 2**-10
+    values = q.float() * scale + minimum
+    return values.reshape(n, -1), bound.expand_as(values).reshape(n, -1)
 
 
 class GgufFile:
-    """An open GGUF file: its tensors' types, and its 4-bit tensors as Q4_1 rows. Close
+    """An open GGUF file: its tensors' types, and its 4- and 5-bit tensors as block rows. Close
     it (a `with` block) once the layers are built: the rows read are copies, and the
     mapped file's pages would otherwise stay resident."""
 
@@ -111,25 +137,27 @@ class GgufFile:
     ) -> None:
         self._tensors = {}
 
-    def q4_1_rows(self, names: list[str], weight: torch.Tensor) -> torch.Tensor | None:
-        """The Q4_1 rows of the 4-bit tensors `names` (stacked, as a fused Linear
-        holds them) in the order of `weight`'s rows; None unless every one is a 4-bit
-        tensor of this file and together they stand for `weight`."""
+    def block_rows(self, names: list[str], weight: torch.Tensor, five: bool) -> torch.Tensor | None:
+        """The Q4_1 rows (Q5_1 rows, `five`) of the 4-bit (or 4- and 5-bit) tensors
+        `names` (stacked, as a fused Linear holds them) in the order of `weight`'s rows;
+        None unless every one is such a tensor of this file and together they stand
+        for `weight`."""
+        kinds = FOUR_BIT | FIVE_BIT if five else FOUR_BIT
         parts, at = [], 0
         for name in names:
             tensor = self._tensors.get(name)
-            if tensor is None or tensor.tensor_type.name not in FOUR_BIT:
+            if tensor is None or tensor.tensor_type.name not in kinds:
                 return None
             raw = np.asarray(tensor.data)
             order = _row_order(raw, tensor.tensor_type, weight[at : at + raw.shape[0]])
             if order is None:
                 return None
-            parts.append(as_q4_1(raw[order], tensor.tensor_type.name))
+            parts.append(as_rows(raw[order], tensor.tensor_type.name, five))
             at += raw.shape[0]
         if at != weight.shape[0]:
             return None
         rows = torch.from_numpy(np.concatenate(parts))
-        values, bound = dequantized(rows)
+        values, bound = dequantized(rows, five)
         return rows if bool(((values - weight.float()).abs() <= bound).all()) else None
 
 

@@ -54,6 +54,7 @@ class ProjectionKind(IntEnum):
     INT8 = 1
     INT4 = 2
     Q8 = 3
+    Q5 = 4
 
 
 SOURCES = tuple(

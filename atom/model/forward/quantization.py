@@ -1,12 +1,13 @@
 """`--quantization`: which weight form each Linear layer of a model takes (CPU).
 
 - `auto` (the default): a GGUF's quantized tensors run on the integer kernels: Q4_1
-  and Q8_0 as they ship; Q4_0 and Q4_K as Q4_1 blocks made from the file's own
-  (`gguf_blocks.py`: Q4_0 exactly, Q4_K with its sub-block scales rounded to float16);
-  the other types (Q5_K, Q6_K, ...) as Q8_0 blocks of their dequantized weights
-  (within half a Q8_0 step); float tensors stay float. A fused projection (q/k/v,
-  gate/up) takes the most precise form among its parts. Weights from safetensors
-  stay float32, and everything stays as loaded without the CPU kernels or on CUDA.
+  and Q8_0 as they ship; Q4_0 and Q4_K as Q4_1 blocks, Q5_0, Q5_1 and Q5_K as Q5_1
+  blocks, made from the file's own (`gguf_blocks.py`: exactly, the K types' sub-block
+  scales rounded to float16); the other types (Q6_K, ...) as Q8_0 blocks of their
+  dequantized weights (within half a Q8_0 step); float tensors stay float. A fused
+  projection (q/k/v, gate/up) takes the most precise form among its parts. Weights
+  from safetensors stay float32, and everything stays as loaded without the CPU
+  kernels or on CUDA.
 - `off`: float32.
 - `int8`: every Linear int8, one scale a row (`int8.py`).
 - `int4`: every Linear with a width of a multiple of 32 in Q4_1 blocks, the output
@@ -26,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.forward.blocks import Q4_1, Q8_0, BlockFormat, BlockLinear
-from atom.model.forward.gguf_blocks import FOUR_BIT, GgufFile
+from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.gguf_blocks import FIVE_BIT, FOUR_BIT, GgufFile
 from atom.model.forward.int8 import Int8Linear
 
 METHODS = ("auto", "off", "int8", "int4")
@@ -124,13 +125,22 @@ def _from_gguf(
     shipped = sorted({types.get(t, "F32") for t in names})
     if not shipped or any(t in FLOAT_TYPES for t in shipped):
         return linear, "float"
-    fmt: BlockFormat = Q4_1 if set(shipped) <= FOUR_BIT else Q8_0
+    fmt = _block_format(set(shipped))
     if not fmt.supports(linear):
         return linear, "float"
-    rows = None if file is None or fmt is not Q4_1 else file.q4_1_rows(names, linear.weight)
+    rows = None
+    if file is not None and fmt is not Q8_0:
+        rows = file.block_rows(names, linear.weight, five=fmt is Q5_1)
     native = shipped == [fmt.name]
     form = fmt.name if native else f"{fmt.name} (from {'+'.join(shipped)})"
     return BlockLinear(linear, fmt, kernels, rows), form
+
+
+def _block_format(shipped: set[str]) -> BlockFormat:
+    """The least wide block format that holds every one of the `shipped` types."""
+    if shipped <= FOUR_BIT:
+        return Q4_1
+    return Q5_1 if shipped <= FOUR_BIT | FIVE_BIT else Q8_0
 
 
 def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:

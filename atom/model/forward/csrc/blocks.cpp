@@ -2,22 +2,27 @@
 //
 // int4_linear: Q4_1 blocks of 32 weights along each row: a float16 scale d, a float16
 // minimum m and 32 nibbles q, a weight being d * q + m (0.625 bytes a weight).
+// q5_linear: Q5_1 blocks of 32, as Q4_1 with a fifth bit to each q (0.75 bytes a
+// weight).
 // q8_linear: Q8_0 blocks of 32: a float16 scale d and 32 int8 values q, a weight being
 // d * q (1.0625 bytes a weight), each value stored plus 128 (an unsigned byte, which
 // the VNNI dot product takes).
 //
-// Both store the weights in tiles of 16 rows (kTileRows), a tile's blocks in order,
-// each block of a tile in one stretch: Q4_1 four groups of 64 bytes, then the 16
-// scales, then the 16 minimums (320 bytes); Q8_0 eight groups of 64 bytes, then the
-// 16 scales (544 bytes). In group k, row j's four bytes (at 4j) are, for Q4_1, its
-// bytes 4k..4k + 3 of GGUF's nibble order (weight i low, weight i + 16 high): weights
-// 4k..4k + 3 in the low nibbles, 16 + 4k.. in the high ones; for Q8_0 its values
-// 4k..4k + 3. `tiled` (atom/model/forward/blocks.py) writes them from the GGUF-order
-// rows of int4.py and q8.py.
+// All three store the weights in tiles of 16 rows (kTileRows), a tile's blocks in
+// order, each block of a tile in one stretch: Q4_1 four groups of 64 bytes, then the
+// 16 scales, then the 16 minimums (320 bytes); Q5_1 the same 320 bytes for the low
+// four bits of each q, then eight 64-bit planes of the fifth bits, two a group (its
+// low nibbles', then its high nibbles'; bit 4j + i is row j's byte i of the group),
+// 384 bytes; Q8_0 eight groups of 64 bytes, then the 16 scales (544 bytes). In group
+// k, row j's four bytes (at 4j) are, for Q4_1 and Q5_1, its bytes 4k..4k + 3 of GGUF's
+// nibble order (weight i low, weight i + 16 high): weights 4k..4k + 3 in the low
+// nibbles, 16 + 4k.. in the high ones; for Q8_0 its values 4k..4k + 3. `tiled`
+// (atom/model/forward/blocks.py) writes them from the GGUF-order rows of int4.py,
+// q5.py and q8.py.
 //
 // Every product, one row or thousands, quantizes each row of x per 32-block to int8
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
-// for Q4_1). The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
+// for Q4_1 and Q5_1). The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
 // AMX (loops_amx.cpp), and give the same bits; which one runs is decided once, from
 // what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the
 // Intel Xeon VM they beat the float GEMM on the weights expanded to float32 at every
@@ -51,17 +56,18 @@ constexpr int64_t kPadding = 16 * kBlock;  // bytes past the activations any loo
 struct Format {
   const char* name;
   int64_t block_bytes;   // a row's bytes for one block of 32 weights
-  bool minimums;         // Q4_1: each block's activation sum is needed
+  bool minimums;         // Q4_1, Q5_1: each block's activation sum is needed
   BlockChunk chunks[3];  // by instruction set (kIsas)
 };
 
 constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512, q4_chunk_amx}};
+constexpr Format kQ5_1{"Q5_1", 24, true, {q5_chunk_avx2, q5_chunk_avx512, q5_chunk_amx}};
 constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512, q8_chunk_amx}};
 
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> scale;
-  std::vector<float> sum;        // Q4_1 only: each block's float sum (the minimums' part)
+  std::vector<float> sum;        // Q4_1, Q5_1: each block's float sum (the minimums' part)
   std::vector<int32_t> offsets;  // Q8_0 only: -128 · Σ xq of each block
 };
 
@@ -220,6 +226,12 @@ std::string set_kernel_isa(const std::string& name) {
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
                           c10::optional<torch::Tensor> bias) {
   return block_linear(x, blocks, bias, kQ4_1);
+}
+
+// blocks: uint8 [N, K / 32 * 24], Q5_1 tiles (see above); x float32 [..., K].
+torch::Tensor q5_linear(torch::Tensor x, torch::Tensor blocks,
+                        c10::optional<torch::Tensor> bias) {
+  return block_linear(x, blocks, bias, kQ5_1);
 }
 
 // blocks: uint8 [N, K / 32 * 34], Q8_0 tiles (see above); x float32 [..., K].

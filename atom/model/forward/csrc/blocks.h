@@ -18,7 +18,7 @@ struct BlockJob {
   const uint8_t* weights;  // [N / 16 tiles] in the format's tile layout (blocks.cpp)
   const int8_t* xq;        // [K / 32, M, 32] activations quantized per 32-block
   const float* dx;         // [K / 32, M] each block's activation scale
-  const float* sums;       // Q4_1: [K / 32, M] each block's activation sum
+  const float* sums;       // Q4_1, Q5_1: [K / 32, M] each block's activation sum
   const int32_t* offsets;  // Q8_0: [K / 32, M] -128 · Σ xq of each block
   const float* bias;       // [N] or null
   float* out;              // [M, N]
@@ -29,6 +29,9 @@ using BlockChunk = void (*)(const BlockJob&, int64_t, int64_t);
 
 void q4_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q4_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
+void q5_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
+void q5_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
+void q5_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);

@@ -89,15 +89,21 @@ inline void sums_of(int32_t* sums) {
 }
 
 // Tile B of block p: Q4_1's nibbles unpacked to bytes in `unpacked` (group k's low
-// nibbles are row k, its high ones row 4 + k); Q8_0's eight groups as they lie (values
-// + 128, unsigned).
+// nibbles are row k, its high ones row 4 + k; Q5_1's with their fifth bits); Q8_0's
+// eight groups as they lie (values + 128, unsigned).
+template <bool Five>
 struct AmxQ4 {
-  static constexpr int64_t kTileBlockBytes = kQ4TileBlock;
+  static constexpr int64_t kTileBlockBytes = Five ? kQ5TileBlock : kQ4TileBlock;
   static const uint8_t* weights(const uint8_t* p, uint8_t* unpacked) {
     for (int k = 0; k < 4; ++k) {
       const Vi packed = wload(p + 64 * k);
-      _mm512_store_si512(unpacked + 64 * k, low_nibbles(packed));
-      _mm512_store_si512(unpacked + 64 * (4 + k), high_nibbles(packed));
+      Vi low = low_nibbles(packed), high = high_nibbles(packed);
+      if constexpr (Five) {
+        low = with_fifth(low, plane(p, k, false));
+        high = with_fifth(high, plane(p, k, true));
+      }
+      _mm512_store_si512(unpacked + 64 * k, low);
+      _mm512_store_si512(unpacked + 64 * (4 + k), high);
     }
     return unpacked;
   }
@@ -198,9 +204,11 @@ void amx_chunk(const BlockJob& job, int64_t begin, int64_t end) {
 
 }  // namespace
 
-void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { amx_chunk<AmxQ4>(job, begin, end); }
+void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { amx_chunk<AmxQ4<false>>(job, begin, end); }
+void q5_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { amx_chunk<AmxQ4<true>>(job, begin, end); }
 void q8_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { amx_chunk<AmxQ8>(job, begin, end); }
 #else
 void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { q4_chunk_avx2(job, begin, end); }
+void q5_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { q5_chunk_avx2(job, begin, end); }
 void q8_chunk_amx(const BlockJob& job, int64_t begin, int64_t end) { q8_chunk_avx2(job, begin, end); }
 #endif

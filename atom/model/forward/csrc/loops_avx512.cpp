@@ -11,11 +11,15 @@
 #pragma GCC optimize("no-tree-vectorize")
 #define LOOPS_WIDE 1
 #define Q4_CHUNK q4_chunk_avx512
+#define Q5_CHUNK q5_chunk_avx512
 #define Q8_CHUNK q8_chunk_avx512
 #include "loops.inc"
 #else
 void q4_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
   q4_chunk_avx2(job, begin, end);
+}
+void q5_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
+  q5_chunk_avx2(job, begin, end);
 }
 void q8_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
   q8_chunk_avx2(job, begin, end);
