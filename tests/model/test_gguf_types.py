@@ -94,6 +94,11 @@ def test_four_and_five_bit_types_become_block_rows_the_kernel_multiplies(
     assert (got - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
 
 
+def test_five_bit_blocks_refuse_q4_1_rows() -> None:
+    with pytest.raises(ValueError, match="Q5_K blocks need Q5_1 rows"):
+        as_rows(random_blocks(Q.Q5_K, 16, 256, seed=1), "Q5_K", five=False)
+
+
 @pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q6_K])
 def test_eight_bit_and_wider_k_types_become_q8_0_blocks(kind: Q) -> None:
     raw = random_blocks(kind, 32, 512, seed=int(kind))

@@ -41,11 +41,12 @@ def as_rows(raw: np.ndarray, kind: str, five: bool) -> np.ndarray:
     """Rows of `kind` blocks (uint8 [N, bytes a row]) as ATOM's Q5_1 rows (`five`,
     q5.py) or Q4_1 rows (int4.py: a row's float16 scales, then its minimums, then its
     nibbles; `kind` a 4-bit type)."""
+    if not five and kind not in FOUR_BIT:
+        raise ValueError(f"{kind} blocks need Q5_1 rows, not Q4_1 ones")
     scale, minimum, q = _k_parts(raw, kind) if kind.endswith("_K") else _parts(raw, kind)
     if five:
-        half = torch.from_numpy
-        rows = q5.pack(half(scale.astype(np.float16)), half(minimum.astype(np.float16)), half(q))
-        return rows.numpy()
+        scale16, minimum16 = (torch.from_numpy(v.astype(np.float16)) for v in (scale, minimum))
+        return q5.pack(scale16, minimum16, torch.from_numpy(q)).numpy()
     nibbles = q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)
     return np.concatenate(
         (
