@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from atom.model.forward import q5
+from atom.model.forward import int4, q5
 
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K"})  # the types that become Q4_1 rows
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # with those: Q5_1 rows
@@ -44,18 +44,8 @@ def as_rows(raw: np.ndarray, kind: str, five: bool) -> np.ndarray:
     if not five and kind not in FOUR_BIT:
         raise ValueError(f"{kind} blocks need Q5_1 rows, not Q4_1 ones")
     scale, minimum, q = _k_parts(raw, kind) if kind.endswith("_K") else _parts(raw, kind)
-    if five:
-        scale16, minimum16 = (torch.from_numpy(v.astype(np.float16)) for v in (scale, minimum))
-        return q5.pack(scale16, minimum16, torch.from_numpy(q)).numpy()
-    nibbles = q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)
-    return np.concatenate(
-        (
-            scale.astype(np.float16).view(np.uint8).reshape(len(raw), -1),
-            minimum.astype(np.float16).view(np.uint8).reshape(len(raw), -1),
-            nibbles.astype(np.uint8).reshape(len(raw), -1),
-        ),
-        axis=1,
-    )
+    scale16, minimum16 = (torch.from_numpy(v.astype(np.float16)) for v in (scale, minimum))
+    return (q5 if five else int4).pack(scale16, minimum16, torch.from_numpy(q)).numpy()
 
 
 def _parts(raw: np.ndarray, kind: str) -> Parts:
@@ -101,19 +91,11 @@ def dequantized(rows: torch.Tensor, five: bool) -> tuple[torch.Tensor, torch.Ten
     """ATOM's Q4_1 rows [N, nb * 20] (or Q5_1 rows, `five`) as (the weights they stand
     for [N, K], each weight's float16 rounding bound: 2^-10 of its block's
     (15 or 31) |d| + |m|)."""
-    n, width = rows.shape
-    if five:
-        scale, minimum, q = q5.unpack(rows)
-    else:
-        nb = width // 20
-        scale = rows[:, : 2 * nb].contiguous().view(torch.float16).float()
-        minimum = rows[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
-        packed = rows[:, 4 * nb :].reshape(n, nb, BLOCK // 2)
-        q = torch.cat((packed & 0x0F, packed >> 4), dim=-1)
+    scale, minimum, q = (q5 if five else int4).unpack(rows)
     scale, minimum = scale.unsqueeze(-1), minimum.unsqueeze(-1)
     bound = ((31 if five else 15) * scale.abs() + minimum.abs()) * 2**-10
     values = q.float() * scale + minimum
-    return values.reshape(n, -1), bound.expand_as(values).reshape(n, -1)
+    return values.reshape(len(rows), -1), bound.expand_as(values).reshape(len(rows), -1)
 
 
 class GgufFile:

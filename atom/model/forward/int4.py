@@ -22,6 +22,35 @@ BLOCK = 32
 BLOCK_BYTES = 20
 
 
+def pack(scale: torch.Tensor, minimum: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Rows of blocks uint8 [N, nb * 20] from float16 scales and minimums [N, nb] and
+    the values q [N, nb, 32] (0..15)."""
+    q = q.to(torch.uint8)
+    nibbles = nibbles_of(q)
+    parts = (scale.contiguous().view(torch.uint8), minimum.contiguous().view(torch.uint8), nibbles)
+    return torch.cat(parts, dim=1).contiguous()  # a row: scales | minimums | nibbles
+
+
+def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`pack` undone: (scale, minimum as float32 [N, nb], q int64 [N, nb, 32])."""
+    nb = blocks.shape[1] // BLOCK_BYTES
+    scale = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
+    minimum = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
+    return scale, minimum, values_of(blocks[:, 4 * nb :])
+
+
+def nibbles_of(q: torch.Tensor) -> torch.Tensor:
+    """Values q uint8 [N, nb, 32] (their low four bits) as GGUF's nibbles [N, nb * 16]:
+    weight i in byte i's low half, weight 16 + i in its high half."""
+    return (q[..., : BLOCK // 2] & 0x0F | (q[..., BLOCK // 2 :] << 4)).reshape(len(q), -1)
+
+
+def values_of(nibbles: torch.Tensor) -> torch.Tensor:
+    """`nibbles_of` undone: [N, nb * 16] → the values int64 [N, nb, 32] (0..15)."""
+    packed = nibbles.reshape(len(nibbles), -1, BLOCK // 2).to(torch.int64)
+    return torch.cat((packed & 0x0F, packed >> 4), dim=-1)
+
+
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(blocks uint8 [N, K / 32 * 20], the weights they stand for, float32 [N, K])."""
     rows, width = weight.shape
@@ -30,9 +59,6 @@ def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale, minimum = ((high - low) / 15).half(), low.half()
     step = scale.float().unsqueeze(-1)
     q = ((values - minimum.float().unsqueeze(-1)) / torch.where(step > 0, step, 1.0)).round()
-    q = q.clamp(0, 15).to(torch.uint8)
-    nibbles = q[..., : BLOCK // 2] | (q[..., BLOCK // 2 :] << 4)
-    parts = (scale.view(torch.uint8), minimum.view(torch.uint8), nibbles.reshape(rows, -1))
-    blocks = torch.cat(parts, dim=1).contiguous()  # a row: scales | minimums | nibbles
-    dequantized = q.float() * step + minimum.float().unsqueeze(-1)
-    return blocks, dequantized.reshape(rows, width)
+    q = q.clamp(0, 15)
+    dequantized = q * step + minimum.float().unsqueeze(-1)
+    return pack(scale, minimum, q), dequantized.reshape(rows, width)

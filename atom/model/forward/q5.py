@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from atom.model.forward import int4
+
 BLOCK = 32
 BLOCK_BYTES = 24
 LEVELS = 31  # q = 0..31
@@ -27,15 +29,13 @@ def pack(scale: torch.Tensor, minimum: torch.Tensor, q: torch.Tensor) -> torch.T
     the values q [N, nb, 32] (0..31)."""
     rows = q.shape[0]
     q = q.to(torch.uint8)
-    low = q & 0x0F
-    nibbles = low[..., : BLOCK // 2] | (low[..., BLOCK // 2 :] << 4)
     bits = (q >> 4).reshape(rows, -1, 4, 8) << torch.arange(8, dtype=torch.uint8)
     fifth = bits.sum(-1, dtype=torch.uint8)  # four bytes a block: bit i of weight i
     parts = (
         scale.contiguous().view(torch.uint8),
         minimum.contiguous().view(torch.uint8),
         fifth.reshape(rows, -1),
-        nibbles.reshape(rows, -1),
+        int4.nibbles_of(q),
     )
     return torch.cat(parts, dim=1).contiguous()
 
@@ -48,9 +48,7 @@ def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     minimum = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
     fifth = blocks[:, 4 * nb : 8 * nb].reshape(rows, nb, 4, 1).to(torch.int64)
     high = ((fifth >> torch.arange(8)) & 1).reshape(rows, nb, BLOCK)
-    packed = blocks[:, 8 * nb :].reshape(rows, nb, BLOCK // 2).to(torch.int64)
-    low = torch.cat((packed & 0x0F, packed >> 4), dim=-1)
-    return scale, minimum, low | (high << 4)
+    return scale, minimum, int4.values_of(blocks[:, 8 * nb :]) | (high << 4)
 
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
