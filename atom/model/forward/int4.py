@@ -16,6 +16,8 @@ coarsens its own block, the 4-bit weights streamed once for every 128 rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 BLOCK = 32
@@ -53,12 +55,23 @@ def values_of(nibbles: torch.Tensor) -> torch.Tensor:
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(blocks uint8 [N, K / 32 * 20], the weights they stand for, float32 [N, K])."""
+    return quantize_with_minimums(weight, 15, pack)
+
+
+Packer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def quantize_with_minimums(
+    weight: torch.Tensor, levels: int, packer: Packer
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each block of 32 of `weight` [N, K] as d · q + m, m its smallest weight and q in
+    0..`levels`: (the rows `packer` makes of them, the weights they stand for)."""
     rows, width = weight.shape
     values = weight.detach().float().reshape(rows, width // BLOCK, BLOCK)
     low, high = values.amin(dim=-1), values.amax(dim=-1)
-    scale, minimum = ((high - low) / 15).half(), low.half()
+    scale, minimum = ((high - low) / levels).half(), low.half()
     step = scale.float().unsqueeze(-1)
     q = ((values - minimum.float().unsqueeze(-1)) / torch.where(step > 0, step, 1.0)).round()
-    q = q.clamp(0, 15)
+    q = q.clamp(0, levels)
     dequantized = q * step + minimum.float().unsqueeze(-1)
-    return pack(scale, minimum, q), dequantized.reshape(rows, width)
+    return packer(scale, minimum, q), dequantized.reshape(rows, width)

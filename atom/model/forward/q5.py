@@ -53,12 +53,4 @@ def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(blocks uint8 [N, K / 32 * 24], the weights they stand for, float32 [N, K])."""
-    rows, width = weight.shape
-    values = weight.detach().float().reshape(rows, width // BLOCK, BLOCK)
-    low, high = values.amin(dim=-1), values.amax(dim=-1)
-    scale, minimum = ((high - low) / LEVELS).half(), low.half()
-    step = scale.float().unsqueeze(-1)
-    q = ((values - minimum.float().unsqueeze(-1)) / torch.where(step > 0, step, 1.0)).round()
-    q = q.clamp(0, LEVELS)
-    dequantized = q * step + minimum.float().unsqueeze(-1)
-    return pack(scale, minimum, q), dequantized.reshape(rows, width)
+    return int4.quantize_with_minimums(weight, LEVELS, pack)
