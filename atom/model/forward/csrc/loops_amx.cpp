@@ -96,12 +96,8 @@ struct AmxQ4 {
   static constexpr int64_t kTileBlockBytes = Five ? kQ5TileBlock : kQ4TileBlock;
   static const uint8_t* weights(const uint8_t* p, uint8_t* unpacked) {
     for (int k = 0; k < 4; ++k) {
-      const Vi packed = wload(p + 64 * k);
-      Vi low = low_nibbles(packed), high = high_nibbles(packed);
-      if constexpr (Five) {
-        low = with_fifth(low, plane(p, k, false));
-        high = with_fifth(high, plane(p, k, true));
-      }
+      Vi low, high;
+      group_values<Five>(p, k, 0, low, high);
       _mm512_store_si512(unpacked + 64 * k, low);
       _mm512_store_si512(unpacked + 64 * (4 + k), high);
     }
