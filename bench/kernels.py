@@ -3,7 +3,7 @@
 
 Times ATOM's weight products on a model's shapes, as a decode step runs them (every
 layer's own weights, so nothing is served from cache a layer earlier than a real
-step would be): the layer products (`int4`, `q5`, `int8`) and the output projection (`q8`,
+step would be): the layer products (`int4`, `q5`, `q6`, `int8`) and the output projection (`q8`,
 `int8-head`); prints the bytes of weights streamed per second against the machine's
 measured read bandwidth. The floor of a batch-1 decode step is its weight bytes over
 that bandwidth. `--shape 1b`: bench.big_model's 1B model, whose 4-bit layers (620 MB)
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from atom.config import Settings
-from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0
+from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.heap import onto_huge_pages
@@ -46,15 +46,16 @@ def layer_shapes(model: dict[str, int]) -> tuple[Shape, ...]:
 
 
 def workloads(shape: str) -> dict[str, tuple[str, list[tuple[Shape, ...]]]]:
-    """What each kernel is timed on: "int4", "q5" and "int8" the layer products of a
-    step (Q4_1, Q5_1, int8), "q8" and "int8-head" the output projection (int4's and
-    int8's forms of it)."""
+    """What each kernel is timed on: "int4", "q5", "q6" and "int8" the layer products
+    of a step (Q4_1, Q5_1, Q6_K, int8), "q8" and "int8-head" the output projection
+    (int4's and int8's forms of it)."""
     model = MODEL_SHAPES[shape]
     layers = [layer_shapes(model)] * model["layers"]
     output: list[tuple[Shape, ...]] = [((VOCABULARY, model["hidden"]),)]
     return {
         "int4": ("int4", layers),
         "q5": ("q5", layers),
+        "q6": ("q6", layers),
         "int8": ("int8", layers),
         "q8": ("q8", output),
         "int8-head": ("int8", output),
@@ -62,7 +63,7 @@ def workloads(shape: str) -> dict[str, tuple[str, list[tuple[Shape, ...]]]]:
 
 
 KERNELS = tuple(workloads("default"))
-BLOCK_FORMATS = {"int4": Q4_1, "q5": Q5_1, "q8": Q8_0}
+BLOCK_FORMATS = {"int4": Q4_1, "q5": Q5_1, "q6": Q6_K, "q8": Q8_0}
 
 
 def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:

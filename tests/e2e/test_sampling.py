@@ -43,12 +43,16 @@ def test_logit_bias_plus_100_forces_a_token(server: Server) -> None:
 
 
 def test_penalties_change_a_repetitive_continuation(server: Server) -> None:
+    """The plain greedy continuation repeats the prompt (twice on the AMD EPYC machine,
+    three times on the Intel Xeon one: a near-tie that the CPUs' float arithmetic
+    settles differently); each penalty repeats it less."""
     prompt = "I love you. I love you. I love you."
     plain = complete(server, prompt)["choices"][0]["text"]
+    assert plain.count("love") >= 2
     for penalty in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
                     {"repetition_penalty": 1.8}):  # fmt: skip
         changed = complete(server, prompt, **penalty)["choices"][0]["text"]
-        assert changed.count("love") < plain.count("love") == 3, penalty
+        assert changed.count("love") < plain.count("love"), penalty
 
 
 def test_min_tokens_keeps_generating_past_eos(server: Server) -> None:

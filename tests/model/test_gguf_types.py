@@ -1,7 +1,7 @@
 """Each GGUF type `--quantization auto` serves, against the `gguf` package's own
-dequantization: Q4_0, Q4_1 and Q4_K as Q4_1 rows and Q5_0, Q5_1 and Q5_K as Q5_1 rows
-made from the file's blocks, Q8_0 and Q6_K as Q8_0 blocks of their weights; and the
-kernels' products on them."""
+dequantization: Q4_0, Q4_1 and Q4_K as Q4_1 rows, Q5_0, Q5_1 and Q5_K as Q5_1 rows and
+Q6_K as Q6_K rows made from the file's blocks, Q8_0 and Q3_K as Q8_0 blocks of their
+weights; and the kernels' products on them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from atom.config import Settings
 from atom.model import loader
 from atom.model.forward import q8
-from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.gguf_blocks import as_rows, dequantized
 from atom.model.forward.quantization import quantize
 from bench.big_model import write
@@ -33,6 +33,7 @@ SCALES = {
     Q.Q5_1: (0, 2),
     Q.Q5_K: (0, 2),
     Q.Q6_K: (208,),
+    Q.Q3_K: (108,),
 }
 
 
@@ -75,9 +76,8 @@ def test_four_and_five_bit_types_become_block_rows_the_kernel_multiplies(
 ) -> None:
     raw = random_blocks(kind, 48, 512, seed=int(kind))
     weight = reference(raw, kind)
-    five = fmt is Q5_1
-    rows = torch.from_numpy(as_rows(raw, kind.name, five))
-    values, bound = dequantized(rows, five)
+    rows = torch.from_numpy(as_rows(raw, kind.name, fmt.name))
+    values, bound = dequantized(rows, fmt.name)
     if kind.name.endswith("_K"):  # the sub-blocks' d·sc and dmin·m rounded to float16
         assert ((values - weight).abs() <= bound).all() and not torch.equal(values, weight)
     else:
@@ -94,13 +94,36 @@ def test_four_and_five_bit_types_become_block_rows_the_kernel_multiplies(
     assert (got - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
 
 
-def test_five_bit_blocks_refuse_q4_1_rows() -> None:
-    with pytest.raises(ValueError, match="Q5_K blocks need Q5_1 rows"):
-        as_rows(random_blocks(Q.Q5_K, 16, 256, seed=1), "Q5_K", five=False)
+def test_block_rows_refuse_a_type_they_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="Q5_K blocks cannot be Q4_1 rows"):
+        as_rows(random_blocks(Q.Q5_K, 16, 256, seed=1), "Q5_K", "Q4_1")
+    with pytest.raises(ValueError, match="Q4_K blocks cannot be Q6_K rows"):
+        as_rows(random_blocks(Q.Q4_K, 16, 256, seed=1), "Q4_K", "Q6_K")
 
 
-@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q6_K])
-def test_eight_bit_and_wider_k_types_become_q8_0_blocks(kind: Q) -> None:
+@pytest.mark.parametrize("isa", KERNEL_ISAS)
+def test_q6_k_becomes_q6_k_rows_of_32_exactly_and_the_kernel_multiplies_them(isa: str) -> None:
+    """Each block of 32 keeps its super-block's d, its halves' int8 scales and its
+    values: the weights are gguf's own, bit for bit, and the kernel's products are the
+    block arithmetic's (int8 activations, no minimums)."""
+    raw = random_blocks(Q.Q6_K, 48, 512, seed=6)
+    weight = reference(raw, Q.Q6_K)
+    rows = torch.from_numpy(as_rows(raw, "Q6_K", "Q6_K"))
+    assert rows.shape == (48, 512 // 32 * 28)
+    values, bound = dequantized(rows, "Q6_K")
+    assert torch.equal(values, weight) and not bound.any()
+    layer = BlockLinear(torch.nn.Linear(512, 48, bias=False), Q6_K, cpu_ops(), rows)
+    x = torch.randn(20, 512, generator=torch.Generator().manual_seed(3))
+    with kernel_isa(isa):
+        got = layer(x)
+    expected = block_product(x, values, None, minimums=False)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    exact = x @ weight.T
+    assert (got - exact).abs().max() < 0.02 * exact.abs().max()  # int8 activations
+
+
+@pytest.mark.parametrize("kind", [Q.Q8_0, Q.Q3_K])
+def test_eight_bit_and_other_k_types_become_q8_0_blocks(kind: Q) -> None:
     raw = random_blocks(kind, 32, 512, seed=int(kind))
     weight = reference(raw, kind)
     blocks, values = q8.quantize_blocks(weight)
@@ -152,10 +175,10 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
         )
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
         parts = [
-            file.block_rows([name], proj.weight, five=False)
+            file.block_rows([name], proj.weight, "Q4_1")
             for name, proj in zip(names, projections, strict=True)
         ]
-        assert file.block_rows(names[:1], attention.q_proj.weight.flip(1), five=False) is None
+        assert file.block_rows(names[:1], attention.q_proj.weight.flip(1), "Q4_1") is None
         forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
     assert set(built.forms.values()) == set(forms.values()) == {"Q4_1 (from Q4_K)", "Q8_0"}
     assert all(rows is not None for rows in parts)
@@ -164,10 +187,10 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
     served = [m.blocks for m in built.model.modules() if isinstance(m, BlockLinear)]
     assert len({b.untyped_storage().data_ptr() for b in served}) == 1  # one huge-page arena
     raw = {t.name: t.data for t in gguf.GGUFReader(str(q4_k_file)).tensors}
-    in_file = torch.from_numpy(as_rows(np.asarray(raw[names[0]]), "Q4_K", five=False))
+    in_file = torch.from_numpy(as_rows(np.asarray(raw[names[0]]), "Q4_K", "Q4_1"))
     assert not torch.equal(parts[0], in_file)  # transformers' order, not the file's
     assert sorted(map(bytes, parts[0].numpy())) == sorted(map(bytes, in_file.numpy()))
-    values, bound = dequantized(parts[0], five=False)
+    values, bound = dequantized(parts[0], "Q4_1")
     assert ((values - attention.q_proj.weight).abs() <= bound).all()
     ids = torch.tensor([[1, 17, 300, 4000, 9]])
     with torch.inference_mode():
@@ -192,15 +215,50 @@ def test_a_q5_k_file_is_served_on_q5_1_blocks_of_its_own(tmp_path: Path) -> None
     gate = floats.model.layers[0].mlp.gate_proj
     with loader.open_gguf(path) as file:
         assert file is not None
-        rows = file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, five=True)
-        assert file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, five=False) is None
+        rows = file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, "Q5_1")
+        assert file.block_rows(["blk.0.ffn_gate.weight"], gate.weight, "Q4_1") is None
         forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
     assert set(forms.values()) == {"Q5_1 (from Q5_K)", "Q8_0"}
     assert rows is not None and torch.equal(
         twin.model.layers[0].mlp.gate_proj.blocks, Q5_1.pack(gate.weight, rows)
     )
-    values, bound = dequantized(rows, five=True)
+    values, bound = dequantized(rows, "Q5_1")
     assert ((values - gate.weight).abs() <= bound).all()
+    ids = torch.tensor([[1, 17, 300, 4000, 9]])
+    with torch.inference_mode():
+        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+
+
+def q4_k_m_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Q]:
+    """As a Q4_K_M file mixes them: Q6_K for k, v and ffn_down (llama.cpp's rules give
+    attn_v and some ffn_down Q6_K), the rest Q4_K."""
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    kv_rows = SHAPE["hidden"] // SHAPE["heads"] * SHAPE["kv_heads"]
+    kind = Q.Q6_K if rows == kv_rows or cols == SHAPE["ffn"] else Q.Q4_K
+    return random_blocks(kind, rows, cols, seed), kind
+
+
+def test_a_q4_k_m_like_file_serves_q6_k_layers_on_their_own_blocks(tmp_path: Path) -> None:
+    """Q6_K layers (k, v and ffn_down here) run on Q6_K rows equal to the file's weights,
+    the Q4_K ones on Q4_1 rows (transformers' classes: q/k/v not fused, so each part
+    keeps its type); the answers stay the floats'."""
+    path = tmp_path / "tiny.Q4_K_M.gguf"
+    write(path, shape=SHAPE, layer=q4_k_m_layer)
+    floats = loader.load_model(
+        str(path), cache_dir=str(tmp_path), device="cpu", dtype=torch.float32, max_model_len=None
+    ).model
+    twin = copy.deepcopy(floats)
+    down = floats.model.layers[1].mlp.down_proj
+    with loader.open_gguf(path) as file:
+        assert file is not None
+        rows = file.block_rows(["blk.1.ffn_down.weight"], down.weight, "Q6_K")
+        assert file.block_rows(["blk.1.ffn_gate.weight"], down.weight, "Q6_K") is None
+        forms = quantize(twin, "auto", "cpu", cpu_ops(), file.types, file)
+    assert forms["down_proj"] == forms["v_proj"] == "Q6_K"
+    assert forms["q_proj"] == forms["gate_proj"] == "Q4_1 (from Q4_K)"
+    assert rows is not None and torch.equal(dequantized(rows, "Q6_K")[0], down.weight)
+    assert torch.equal(twin.model.layers[1].mlp.down_proj.blocks, Q6_K.pack(down.weight, rows))
     ids = torch.tensor([[1, 17, 300, 4000, 9]])
     with torch.inference_mode():
         expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.int4 import quantize_blocks
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
@@ -82,6 +82,26 @@ def test_q5_linear_matches_the_same_arithmetic(isa: str, rows: int) -> None:
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("isa", KERNEL_ISAS)
+@pytest.mark.parametrize("rows", [1, 3, 7, 12, 37, 70, 130])
+def test_q6_linear_matches_the_same_arithmetic(isa: str, rows: int) -> None:
+    """Q6_K blocks of 32: nibbles given two bits from the planes, a sum a half-block
+    times its int8 scale; every row count (the AMX set runs the VNNI loops), against
+    the block arithmetic, and the quantizer within half a step of a half-block."""
+    gen = torch.Generator().manual_seed(rows)
+    linear = torch.nn.Linear(608, 48)
+    blocks, values = Q6_K.quantize(linear.weight)
+    halves = linear.weight.detach().view(48, -1, 2, 16)
+    largest = halves.abs().amax(-1, keepdim=True)  # a step is ≤ this / 31 + the block's d
+    d = largest.amax(-2, keepdim=True) / (31 * 126) * 1.001
+    assert ((values.view_as(halves) - halves).abs() <= (largest / 31 + d) / 2 + 1e-7).all()
+    x = torch.randn(rows, 608, generator=gen)
+    with kernel_isa(isa):
+        got = cpu_ops().q6_linear(x, Q6_K.pack(linear.weight, blocks), linear.bias)
+    expected = block_product(x, values, linear.bias, minimums=False)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_int4_linear_refuses_widths_off_the_block_and_rows_off_the_tile() -> None:
     with pytest.raises(RuntimeError, match="blocks of 32"):
         cpu_ops().int4_linear(torch.zeros(1, 40), torch.zeros(16, 20, dtype=torch.uint8), None)
@@ -89,7 +109,7 @@ def test_int4_linear_refuses_widths_off_the_block_and_rows_off_the_tile() -> Non
         cpu_ops().int4_linear(torch.zeros(1, 32), torch.zeros(24, 20, dtype=torch.uint8), None)
 
 
-@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q8_0], ids=lambda fmt: fmt.name)
+@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q6_K, Q8_0], ids=lambda fmt: fmt.name)
 def test_a_layer_whose_outputs_fill_no_whole_tile_gets_them_all(fmt: BlockFormat) -> None:
     linear = torch.nn.Linear(64, 40)  # two tiles and a half
     layer = BlockLinear(linear, fmt, cpu_ops())
@@ -98,11 +118,11 @@ def test_a_layer_whose_outputs_fill_no_whole_tile_gets_them_all(fmt: BlockFormat
     got = layer(x)
     assert got.shape == (3, 40) and got.is_contiguous()
     values = fmt.quantize(linear.weight)[1]
-    expected = block_product(x, values, linear.bias, minimums=fmt is not Q8_0)
+    expected = block_product(x, values, linear.bias, minimums=fmt in (Q4_1, Q5_1))
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q8_0], ids=lambda fmt: fmt.name)
+@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q6_K, Q8_0], ids=lambda fmt: fmt.name)
 def test_a_row_gets_the_same_bits_alone_among_many_and_on_either_isa(fmt: BlockFormat) -> None:
     """Activations are quantized per row and block, and each output is summed in one
     order whatever the batch holds: a sequence's numbers do not depend on its neighbours
@@ -123,7 +143,7 @@ def test_a_row_gets_the_same_bits_alone_among_many_and_on_either_isa(fmt: BlockF
         results.append(together)
     assert all(torch.equal(results[0], other) for other in results[1:])
     values = fmt.quantize(linear.weight)[1]
-    expected = block_product(x, values, linear.bias, minimums=fmt is not Q8_0)
+    expected = block_product(x, values, linear.bias, minimums=fmt in (Q4_1, Q5_1))
     torch.testing.assert_close(results[0], expected, rtol=1e-5, atol=1e-3)
 
 

@@ -1,5 +1,5 @@
 """The one-call decode path (`DecodeStack`) computes exactly what the Python layers
-compute with the same kernels, for float32, int8, int4 (Q4_1) and Q5_1 projections."""
+compute with the same kernels, for float32, int8, int4 (Q4_1), Q5_1 and Q6_K projections."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, Qwen2Config
 
 from atom.events import SamplingParams
-from atom.model.forward.blocks import Q5_1, BlockLinear
+from atom.model.forward.blocks import Q5_1, Q6_K, BlockLinear
 from atom.model.forward.llama_forward import LlamaForward
 from atom.model.forward.quantization import quantize
 from atom.model.runner import SeqChunk, StepPlan
@@ -41,6 +41,7 @@ def chunk(i: int, token_ids: tuple[int, ...], start: int) -> SeqChunk:
         ("int4", 4, None),
         ("int4", 4, torch.float16),  # --kv-cache-dtype auto's choice with quantized layers
         ("q5", 3, None),
+        ("q6", 2, None),
         (None, 2, torch.bfloat16),
     ],
 )
@@ -51,11 +52,12 @@ def test_decode_stack_equals_the_python_layers(
     runner = torch_runner(config_cls, cpp=True, impl="atom", kv_dtype=kv_dtype)
     model = runner.model
     assert isinstance(model, LlamaForward)
-    if method == "q5":  # a GGUF's 5-bit layers' form (no --quantization method makes it)
+    if method in ("q5", "q6"):  # a GGUF's 5- or 6-bit layers' form (no method makes it)
+        fmt = Q5_1 if method == "q5" else Q6_K
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, torch.nn.Linear) and name != "lm_head":
-                    setattr(parent, name, BlockLinear(child, Q5_1, cpu_ops()))
+                    setattr(parent, name, BlockLinear(child, fmt, cpu_ops()))
     elif method is not None:
         quantize(model, method, "cpu", kernels=cpu_ops())
     prompts = [tuple(range(3 + i, 8 + 2 * i)) for i in range(batch)]

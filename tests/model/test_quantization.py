@@ -10,7 +10,17 @@ import torch
 from transformers import LlamaConfig
 
 from atom.model.forward import q8
-from atom.model.forward.blocks import BlockEmbedding, BlockLinear, embedding_from_head
+from atom.model.forward.blocks import (
+    Q4_1,
+    Q5_1,
+    Q6_K,
+    Q8_0,
+    BlockEmbedding,
+    BlockFormat,
+    BlockLinear,
+    embedding_from_head,
+    rows_of_tiles,
+)
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize, tied_quantized_table
 from atom.model.loader import (
@@ -67,11 +77,11 @@ def test_auto_runs_each_layer_in_the_format_its_tensors_ship_in() -> None:
 
 
 def test_an_untied_output_projection_takes_the_output_tensors_type() -> None:
-    model = own_forward(tiny_model(LlamaConfig), "atom")
-    types = gguf_types(**{"output.weight": "Q6_K"})
-    assert quantize(model, "auto", "cpu", kernels=cpu_ops(), gguf_types=types)["lm_head"] == (
-        "Q8_0 (from Q6_K)"
-    )
+    for shipped, form in (("Q6_K", "Q6_K"), ("Q3_K", "Q8_0 (from Q3_K)")):
+        types = gguf_types(**{"output.weight": shipped})
+        quantized = own_forward(tiny_model(LlamaConfig), "atom")
+        forms = quantize(quantized, "auto", "cpu", kernels=cpu_ops(), gguf_types=types)
+        assert forms["lm_head"] == form
 
 
 def test_auto_leaves_other_weights_as_they_are() -> None:
@@ -189,3 +199,32 @@ def test_a_tied_q8_0_table_is_looked_up_in_the_output_blocks_with_the_same_value
     ragged = own_forward(tiny_model(LlamaConfig), "atom")  # 300 tokens: a filled-up tile
     quantize(ragged, "int4", "cpu", kernels=cpu_ops())
     assert embedding_from_head(ragged.embed_tokens, ragged.lm_head) is ragged.embed_tokens
+
+
+def test_a_tied_q6_k_table_is_looked_up_in_its_own_q6_k_blocks() -> None:
+    """A Q4_K_M file's tied Q6_K table: the output runs on Q6_K blocks, and the lookups
+    read them back exactly (the loader passes `requantized` for any tied quantized
+    table; only Q8_0 blocks may then differ from it)."""
+    model = own_forward(tiny_model(LlamaConfig, vocab_size=304), "atom")
+    table = model.embed_tokens.weight
+    blocks, table.data = Q6_K.quantize(table.data)  # values a Q6_K file holds, its rows
+    model.lm_head.weight = table  # tied
+    model.lm_head = BlockLinear(model.lm_head, Q6_K, cpu_ops(), blocks)
+    lookup = embedding_from_head(model.embed_tokens, model.lm_head, requantized=True)
+    assert isinstance(lookup, BlockEmbedding) and lookup.blocks is model.lm_head.blocks
+    ids = torch.tensor([[0, 5, 17, 303], [16, 15, 31, 32]])
+    assert torch.equal(lookup(ids), table[ids])
+    other = own_forward(tiny_model(LlamaConfig, vocab_size=304), "atom")  # float values
+    other.lm_head.weight = other.embed_tokens.weight
+    other.lm_head = BlockLinear(other.lm_head, Q6_K, cpu_ops())
+    assert embedding_from_head(other.embed_tokens, other.lm_head, requantized=True) is (
+        other.embed_tokens
+    )
+
+
+@pytest.mark.parametrize("fmt", [Q4_1, Q5_1, Q6_K, Q8_0], ids=lambda fmt: fmt.name)
+def test_rows_read_from_tiles_are_the_rows_tiled(fmt: BlockFormat) -> None:
+    weight = torch.randn(48, 96, generator=torch.Generator().manual_seed(9))
+    rows = fmt.quantize(weight)[0]
+    ids = torch.tensor([0, 47, 16, 15, 5, 5, 33])
+    assert torch.equal(rows_of_tiles(fmt.pack(weight, rows), ids, fmt), rows[ids])

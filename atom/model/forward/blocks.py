@@ -1,10 +1,11 @@
 """Linear layers whose weights are GGUF blocks, multiplied by ATOM's block kernels.
 
 A `BlockFormat` names one of them: Q4_1 (`int4.py`, the 4-bit layers of
-`--quantization int4` and of GGUF Q4_1 tensors), Q5_1 (`q5.py`, GGUF's 5-bit tensors)
-and Q8_0 (`q8.py`, int4's output projection and GGUF Q8_0 tensors). A `BlockLinear`
-holds one layer's blocks and runs every product through the format's kernel
-(csrc/blocks.cpp), one row or many.
+`--quantization int4` and of GGUF Q4_1 tensors), Q5_1 (`q5.py`, GGUF's 5-bit tensors),
+Q6_K (`q6.py`, GGUF's Q6_K in blocks of 32) and Q8_0 (`q8.py`, int4's output
+projection and GGUF Q8_0 tensors). A `BlockLinear` holds one layer's blocks and runs
+every product through the format's kernel (csrc/blocks.cpp), one row or many; a
+`BlockEmbedding` looks a tied token table up in an output projection's blocks.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.forward import int4, q5, q8
+from atom.model.forward import int4, q5, q6, q8
 from atom.model.forward.kernels import ProjectionKind
 
 Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Dequantizer = Callable[[torch.Tensor], torch.Tensor]
 TILE_ROWS = 16  # weight rows a tile (one to each 32-bit lane of a 512-bit register)
 
 
@@ -27,12 +29,17 @@ TILE_ROWS = 16  # weight rows a tile (one to each 32-bit lane of a 512-bit regis
 class BlockFormat:
     name: str  # GGUF's name of the type
     quantize: Quantizer  # float weights [N, K] -> (blocks, the weights they stand for)
+    dequantize: Dequantizer  # blocks -> the weights they stand for
     kernel: str  # the kernels module's product for it
     kind: ProjectionKind  # its form in the kernels' DecodeStack
     numbers: tuple[int, ...]  # bytes of each per-block number of a row, in order
     packed: int  # bytes of a block's packed weights
     block: int = 32  # weights a block, along the input
-    planes: bool = False  # the last number is the fifth bits, tiled as bit planes
+    planes: int = 0  # the last numbers that are high bits (fifth, sixth), tiled as planes
+
+    @property
+    def row_bytes(self) -> int:  # a row's bytes for one block
+        return sum(self.numbers) + self.packed
 
     def supports(self, linear: nn.Linear) -> bool:
         return linear.in_features % self.block == 0
@@ -49,7 +56,7 @@ class BlockFormat:
         number of a row apart, then the packed weights) taken apart: one [N, K / 32,
         bytes] view per number, then the packed weights'."""
         rows, width = blocks.shape
-        nb = width // (sum(self.numbers) + self.packed)
+        nb = width // self.row_bytes
         out, at = [], 0
         for size in (*self.numbers, self.packed):
             out.append(blocks[:, at : at + size * nb].view(rows, nb, size))
@@ -69,11 +76,11 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     rows, width = blocks.shape
     *per_block, weights = fmt.parts(blocks)
     tiles, nb = rows // TILE_ROWS, weights.shape[1]
+    plain = len(per_block) - fmt.planes
     numbers = [
-        n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1) for n in per_block
-    ]
-    if fmt.planes:
-        numbers[-1] = planes(per_block[-1], tiles)
+        n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1)
+        for n in per_block[:plain]
+    ] + [planes(bits, tiles) for bits in per_block[plain:]]
     grouped = weights.reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4).permute(0, 2, 3, 1, 4)
     # written into the [N, width] tensor itself: a view of a [tiles, nb, bytes] result
     # would keep that result alive as its base (heap.onto_huge_pages moves no views)
@@ -82,24 +89,50 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     return out
 
 
-def planes(fifth: torch.Tensor, tiles: int) -> torch.Tensor:
-    """The fifth bits [N, nb, 4] (bit i of a block's 32: weight i's) as each tile
-    block's eight 64-bit planes [tiles, nb, 64]: for group k (inputs 4k.. in the low
-    nibbles, 16 + 4k.. in the high ones) the low nibbles' plane, then the high ones';
-    bit 4j + i of a plane is row j's byte i of the group (csrc/blocks.cpp)."""
-    nb = fifth.shape[1]
-    bits = (fifth.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1  # [N, nb, 4, 8]
+def planes(high: torch.Tensor, tiles: int) -> torch.Tensor:
+    """A high bit of each weight [N, nb, 4] (bit i of a block's 32: weight i's) as each
+    tile block's eight 64-bit planes [tiles, nb, 64]: for group k (inputs 4k.. in the
+    low nibbles, 16 + 4k.. in the high ones) the low nibbles' plane, then the high
+    ones'; bit 4j + i of a plane is row j's byte i of the group (csrc/blocks.cpp)."""
+    nb = high.shape[1]
+    bits = (high.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1  # [N, nb, 4, 8]
     # weight w = half · 16 + 4k + i of row j -> [tiles, nb, k, half, j, i]
     bits = bits.reshape(tiles, TILE_ROWS, nb, 2, 4, 4).permute(0, 2, 4, 3, 1, 5)
     octets = bits.reshape(tiles, nb, 4, 2, 8, 8) << torch.arange(8, dtype=torch.uint8)
     return octets.sum(-1, dtype=torch.uint8).reshape(tiles, nb, 64)
 
 
-Q4_1 = BlockFormat("Q4_1", int4.quantize_blocks, "int4_linear", ProjectionKind.INT4, (2, 2), 16)
-Q5_1 = BlockFormat(
-    "Q5_1", q5.quantize_blocks, "q5_linear", ProjectionKind.Q5, (2, 2, 4), 16, planes=True
+def plane_bits(tile_planes: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
+    """`planes` undone for one row of each tile: planes [n, nb, 64] and the row's lane
+    [n] → its bits as `planes` takes them [n, nb, 4]."""
+    n, nb = tile_planes.shape[:2]
+    bits = (tile_planes.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1
+    # [n, nb, k, half, j, i] at lane j -> weight half · 16 + 4k + i
+    bits = bits.reshape(n, nb, 4, 2, TILE_ROWS, 4)[torch.arange(n), :, :, :, lanes]
+    octets = bits.permute(0, 1, 3, 2, 4).reshape(n, nb, 4, 8) << torch.arange(8, dtype=torch.uint8)
+    return octets.sum(-1, dtype=torch.uint8)
+
+
+Q4_1 = BlockFormat(
+    "Q4_1", int4.quantize_blocks, int4.dequantized, "int4_linear", ProjectionKind.INT4, (2, 2), 16
 )
-Q8_0 = BlockFormat("Q8_0", q8.quantize_blocks, "q8_linear", ProjectionKind.Q8, (2,), 32)
+Q5_1 = BlockFormat(
+    "Q5_1", q5.quantize_blocks, q5.dequantized, "q5_linear", ProjectionKind.Q5, (2, 2, 4), 16, 32, 1
+)
+Q6_K = BlockFormat(
+    "Q6_K",
+    q6.quantize_blocks,
+    q6.dequantized,
+    "q6_linear",
+    ProjectionKind.Q6,
+    (2, 1, 1, 4, 4),
+    16,
+    32,
+    2,
+)
+Q8_0 = BlockFormat(
+    "Q8_0", q8.quantize_blocks, q8.dequantized, "q8_linear", ProjectionKind.Q8, (2,), 32
+)
 
 
 class BlockLinear(nn.Module):
@@ -138,47 +171,59 @@ class BlockLinear(nn.Module):
         )
 
 
+def rows_of_tiles(blocks: torch.Tensor, ids: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
+    """Rows `ids` [n] of tiled blocks (`tiled` undone for them): [n, K / 32 * bytes] in
+    the order `fmt.quantize` makes."""
+    nb = blocks.shape[1] // fmt.row_bytes
+    tiles = blocks.view(-1, nb, TILE_ROWS * fmt.row_bytes)[ids // TILE_ROWS]
+    lanes, n = ids % TILE_ROWS, torch.arange(len(ids), device=ids.device)
+    at = TILE_ROWS * fmt.packed
+    weights = tiles[..., :at].view(-1, nb, fmt.packed // 4, TILE_ROWS, 4)[n, :, :, lanes]
+    parts, plain = [], len(fmt.numbers) - fmt.planes
+    for index, size in enumerate(fmt.numbers):
+        part = tiles[..., at : at + TILE_ROWS * size]
+        at += TILE_ROWS * size
+        if index >= plain:
+            parts.append(plane_bits(part, lanes))
+        else:
+            parts.append(part.view(-1, nb, TILE_ROWS, size)[n, :, lanes])
+    return torch.cat([p.reshape(len(ids), -1) for p in (*parts, weights)], dim=1)
+
+
 class BlockEmbedding(nn.Module):
-    """Token embeddings read from the Q8_0 tiles of a tied output projection: each row
-    dequantized on lookup (d · q, exact in float32), so no float32 copy of the table is
-    kept (a 1B model with SmolLM2's vocabulary: 400 MB against the blocks' 107 MB)."""
+    """Token embeddings read from the tiles of a tied output projection: each row
+    dequantized on lookup (as `gguf` dequantizes the format), so no float32 copy of the
+    table is kept (a 1B model with SmolLM2's vocabulary: 400 MB against 107 MB of Q8_0
+    blocks or 88 MB of Q6_K ones)."""
 
     blocks: torch.Tensor
 
     def __init__(self, head: BlockLinear) -> None:
         super().__init__()
-        assert head.format is Q8_0
+        self.format = head.format
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
         self.register_buffer("blocks", head.get_buffer("blocks"))  # the very tensor
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        nb, scale_bytes = self.embedding_dim // Q8_0.block, sum(Q8_0.numbers)
-        flat = ids.reshape(-1)
-        tiles = self.blocks.view(-1, nb, TILE_ROWS * (Q8_0.packed + scale_bytes))[flat // TILE_ROWS]
-        lane, rows = flat % TILE_ROWS, torch.arange(flat.numel(), device=ids.device)
-        packed = TILE_ROWS * Q8_0.packed
-        values = tiles[..., :packed].view(-1, nb, Q8_0.packed // 4, TILE_ROWS, 4)[rows, :, :, lane]
-        scales = tiles[..., packed:].view(-1, nb, TILE_ROWS, scale_bytes)[rows, :, lane]
-        scales = scales.view(torch.float16)
-        weights = (values.to(torch.int16) - 128).float().view(-1, nb, Q8_0.packed)
-        out = weights * scales.float()
-        return out.view(*ids.shape, self.embedding_dim)
+        rows = rows_of_tiles(self.blocks, ids.reshape(-1), self.format)
+        return self.format.dequantize(rows).view(*ids.shape, self.embedding_dim)
 
 
 def embedding_from_head(
     embedding: nn.Embedding, head: nn.Module, *, requantized: bool = False
 ) -> nn.Module:
-    """A `BlockEmbedding` over `head`'s Q8_0 tiles when they give back every value of
-    `embedding` exactly (a tied Q8_0 table, as the default model's), or, `requantized`
-    (the table is a GGUF's quantized tensor tied to its output, e.g. Q6_K, so the head's
-    blocks are it re-quantized), each within half a Q8_0 step; else `embedding`."""
-    if not isinstance(head, BlockLinear) or head.format is not Q8_0:
+    """A `BlockEmbedding` over `head`'s tiles when they give back every value of
+    `embedding` exactly (a tied Q8_0 table, as the default model's, or a Q6_K one), or,
+    `requantized` (the table is a GGUF's quantized tensor tied to its output, e.g. Q3_K,
+    so Q8_0 blocks in the head are it re-quantized), each within half a Q8_0 step; else
+    `embedding`."""
+    if not isinstance(head, BlockLinear):
         return embedding
     if head.out_features != embedding.num_embeddings or not head.whole_tiles:
         return embedding
     lookup = BlockEmbedding(head)
     ids = torch.arange(embedding.num_embeddings, device=embedding.weight.device)
-    close = _within_half_a_step if requantized else torch.equal
+    close = _within_half_a_step if requantized and head.format is Q8_0 else torch.equal
     same = all(close(lookup(chunk), embedding.weight[chunk]) for chunk in ids.split(4096))
     return lookup if same else embedding
 

@@ -41,6 +41,18 @@ def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return scale, minimum, values_of(blocks[:, 4 * nb :])
 
 
+def dequantized(blocks: torch.Tensor) -> torch.Tensor:
+    """The weights rows of blocks stand for, float32 [N, K]."""
+    return with_minimums(*unpack(blocks))
+
+
+def with_minimums(scale: torch.Tensor, minimum: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Blocks' weights d · q + m [N, K] from scales and minimums [N, nb], values q
+    [N, nb, 32] (float32, as `gguf` dequantizes Q4_1 and Q5_1)."""
+    values = q.float() * scale.float().unsqueeze(-1) + minimum.float().unsqueeze(-1)
+    return values.reshape(len(q), -1)
+
+
 def nibbles_of(q: torch.Tensor) -> torch.Tensor:
     """Values q uint8 [N, nb, 32] (their low four bits) as GGUF's nibbles [N, nb * 16]:
     weight i in byte i's low half, weight 16 + i in its high half."""
@@ -73,5 +85,4 @@ def quantize_with_minimums(
     step = scale.float().unsqueeze(-1)
     q = ((values - minimum.float().unsqueeze(-1)) / torch.where(step > 0, step, 1.0)).round()
     q = q.clamp(0, levels)
-    dequantized = q * step + minimum.float().unsqueeze(-1)
-    return packer(scale, minimum, q), dequantized.reshape(rows, width)
+    return packer(scale, minimum, q), with_minimums(scale, minimum, q)

@@ -27,28 +27,42 @@ LEVELS = 31  # q = 0..31
 def pack(scale: torch.Tensor, minimum: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Rows of blocks uint8 [N, nb * 24] from float16 scales and minimums [N, nb] and
     the values q [N, nb, 32] (0..31)."""
-    rows = q.shape[0]
     q = q.to(torch.uint8)
-    bits = (q >> 4).reshape(rows, -1, 4, 8) << torch.arange(8, dtype=torch.uint8)
-    fifth = bits.sum(-1, dtype=torch.uint8)  # four bytes a block: bit i of weight i
     parts = (
         scale.contiguous().view(torch.uint8),
         minimum.contiguous().view(torch.uint8),
-        fifth.reshape(rows, -1),
+        bits_of(q, 4),
         int4.nibbles_of(q),
     )
     return torch.cat(parts, dim=1).contiguous()
 
 
+def bits_of(q: torch.Tensor, bit: int) -> torch.Tensor:
+    """Bit `bit` of each value q [N, nb, 32] as four bytes a block [N, nb * 4], bit i
+    of a block's 32 that of its weight i (GGUF's qh)."""
+    bits = ((q.to(torch.uint8) >> bit) & 1).reshape(len(q), -1, 4, 8)
+    octets = bits << torch.arange(8, dtype=torch.uint8)
+    return octets.sum(-1, dtype=torch.uint8).reshape(len(q), -1)
+
+
+def bit_values(packed: torch.Tensor, nb: int) -> torch.Tensor:
+    """`bits_of`'s bytes [N, nb * 4] back to one bit a weight, int64 [N, nb, 32]."""
+    bytes_ = packed.reshape(len(packed), nb, 4, 1).to(torch.int64)
+    return ((bytes_ >> torch.arange(8)) & 1).reshape(len(packed), nb, BLOCK)
+
+
 def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`pack` undone: (scale, minimum as float32 [N, nb], q int64 [N, nb, 32])."""
-    rows, width = blocks.shape
-    nb = width // BLOCK_BYTES
+    nb = blocks.shape[1] // BLOCK_BYTES
     scale = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
     minimum = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
-    fifth = blocks[:, 4 * nb : 8 * nb].reshape(rows, nb, 4, 1).to(torch.int64)
-    high = ((fifth >> torch.arange(8)) & 1).reshape(rows, nb, BLOCK)
-    return scale, minimum, int4.values_of(blocks[:, 8 * nb :]) | (high << 4)
+    fifth = bit_values(blocks[:, 4 * nb : 8 * nb], nb)
+    return scale, minimum, int4.values_of(blocks[:, 8 * nb :]) | (fifth << 4)
+
+
+def dequantized(blocks: torch.Tensor) -> torch.Tensor:
+    """The weights rows of blocks stand for, float32 [N, K]."""
+    return int4.with_minimums(*unpack(blocks))
 
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,4 +28,12 @@ def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = (values / torch.where(step > 0, step, 1.0)).round().clamp(-127, 127).to(torch.int16)
     stored = (q + 128).to(torch.uint8).reshape(rows, -1)
     blocks = torch.cat((scale.view(torch.uint8), stored), dim=1).contiguous()
-    return blocks, (q.float() * step).reshape(rows, width)
+    return blocks, dequantized(blocks)
+
+
+def dequantized(blocks: torch.Tensor) -> torch.Tensor:
+    """The weights rows of blocks stand for, float32 [N, K]: d · q, exact."""
+    nb = blocks.shape[1] // BLOCK_BYTES
+    scale = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
+    q = blocks[:, 2 * nb :].reshape(len(blocks), nb, BLOCK).to(torch.int16) - 128
+    return (q.float() * scale.unsqueeze(-1)).reshape(len(blocks), -1)

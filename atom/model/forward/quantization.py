@@ -2,10 +2,11 @@
 
 - `auto` (the default): a GGUF's quantized tensors run on the integer kernels: Q4_1
   and Q8_0 as they ship; Q4_0 and Q4_K as Q4_1 blocks, Q5_0, Q5_1 and Q5_K as Q5_1
-  blocks, made from the file's own (`gguf_blocks.py`: exactly, the K types' sub-block
-  scales rounded to float16); the other types (Q6_K, ...) as Q8_0 blocks of their
-  dequantized weights (within half a Q8_0 step); float tensors stay float. A fused
-  projection (q/k/v, gate/up) takes the most precise form among its parts. Weights
+  blocks, Q6_K as Q6_K blocks of 32, made from the file's own (`gguf_blocks.py`:
+  exactly, the 4- and 5-bit K types' sub-block scales rounded to float16); the other
+  types (Q2_K, Q3_K, ...) as Q8_0 blocks of their dequantized weights (within half a
+  Q8_0 step); float tensors stay float. A fused projection (q/k/v, gate/up) takes the
+  narrowest form that holds all its parts (Q8_0 where Q6_K meets another type). Weights
   from safetensors stay float32, and everything stays as loaded without the CPU
   kernels or on CUDA.
 - `off`: float32.
@@ -27,8 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from atom.model.forward.blocks import Q4_1, Q5_1, Q8_0, BlockFormat, BlockLinear
-from atom.model.forward.gguf_blocks import FIVE_BIT, FOUR_BIT, GgufFile
+from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0, BlockFormat, BlockLinear
+from atom.model.forward.gguf_blocks import HOLDS, GgufFile
 from atom.model.forward.int8 import Int8Linear
 
 METHODS = ("auto", "off", "int8", "int4")
@@ -119,7 +120,7 @@ def _from_gguf(
     file: GgufFile | None,
 ) -> tuple[nn.Module, str]:
     """The layer in the form its GGUF tensors ship in (the module docstring's rules). A
-    4-bit layer's rows come from `file` where they stand for the loaded weights, else
+    Q4_1, Q5_1 or Q6_K layer's rows come from `file` where they stand for the loaded weights, else
     (other weights loaded in their place) from those weights, in the same form."""
     names = _gguf_names(name, kind, types)
     shipped = sorted({types.get(t, "F32") for t in names})
@@ -130,7 +131,7 @@ def _from_gguf(
         return linear, "float"
     rows = None
     if file is not None and fmt is not Q8_0:
-        rows = file.block_rows(names, linear.weight, five=fmt is Q5_1)
+        rows = file.block_rows(names, linear.weight, fmt.name)
     native = shipped == [fmt.name]
     form = fmt.name if native else f"{fmt.name} (from {'+'.join(shipped)})"
     return BlockLinear(linear, fmt, kernels, rows), form
@@ -138,9 +139,7 @@ def _from_gguf(
 
 def _block_format(shipped: set[str]) -> BlockFormat:
     """The least wide block format that holds every one of the `shipped` types."""
-    if shipped <= FOUR_BIT:
-        return Q4_1
-    return Q5_1 if shipped <= FOUR_BIT | FIVE_BIT else Q8_0
+    return next((fmt for fmt in (Q4_1, Q5_1, Q6_K) if shipped <= HOLDS[fmt.name]), Q8_0)
 
 
 def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:
@@ -156,7 +155,8 @@ def _gguf_names(name: str, kind: str, types: Mapping[str, str]) -> list[str]:
 def tied_quantized_table(types: Mapping[str, str] | None) -> bool:
     """Whether a GGUF's output projection is its token table (it has no
     `output.weight`) stored in a quantized type: serving the table from the output's
-    Q8_0 blocks then only re-rounds an already quantized tensor (Q6_K in a Q4_K_M file)."""
+    blocks then at most re-rounds an already quantized tensor (a Q3_K one in Q8_0
+    blocks; a Q6_K one, as a Q4_K_M file's, is its own blocks exactly)."""
     if types is None or "output.weight" in types:
         return False
     return types.get("token_embd.weight", "F32") not in FLOAT_TYPES

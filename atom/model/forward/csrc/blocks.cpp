@@ -4,25 +4,32 @@
 // minimum m and 32 nibbles q, a weight being d * q + m (0.625 bytes a weight).
 // q5_linear: Q5_1 blocks of 32, as Q4_1 with a fifth bit to each q (0.75 bytes a
 // weight).
+// q6_linear: Q6_K's numbers in blocks of 32: its super-block's float16 scale d, the
+// two int8 scales s of the block's halves of 16 and 32 six-bit values q, a weight
+// being d * s * (q - 32) (0.875 bytes a weight).
 // q8_linear: Q8_0 blocks of 32: a float16 scale d and 32 int8 values q, a weight being
 // d * q (1.0625 bytes a weight), each value stored plus 128 (an unsigned byte, which
 // the VNNI dot product takes).
 //
-// All three store the weights in tiles of 16 rows (kTileRows), a tile's blocks in
+// All four store the weights in tiles of 16 rows (kTileRows), a tile's blocks in
 // order, each block of a tile in one stretch: Q4_1 four groups of 64 bytes, then the
 // 16 scales, then the 16 minimums (320 bytes); Q5_1 the same 320 bytes for the low
 // four bits of each q, then eight 64-bit planes of the fifth bits, two a group (its
 // low nibbles', then its high nibbles'; bit 4j + i is row j's byte i of the group),
-// 384 bytes; Q8_0 eight groups of 64 bytes, then the 16 scales (544 bytes). In group
-// k, row j's four bytes (at 4j) are, for Q4_1 and Q5_1, its bytes 4k..4k + 3 of GGUF's
+// 384 bytes; Q6_K Q4_1's 256 bytes of nibbles, the 16 float16 d, the 16 low halves'
+// scales, the 16 high halves', the fifth bits' eight planes as Q5_1's, then the sixth
+// bits' eight (448 bytes); Q8_0 eight groups of 64 bytes, then the 16 scales (544 bytes). In group
+// k, row j's four bytes (at 4j) are, for Q4_1, Q5_1 and Q6_K, its bytes 4k..4k + 3 of GGUF's
 // nibble order (weight i low, weight i + 16 high): weights 4k..4k + 3 in the low
-// nibbles, 16 + 4k.. in the high ones; for Q8_0 its values 4k..4k + 3. `tiled`
-// (atom/model/forward/blocks.py) writes them from the GGUF-order rows of int4.py,
-// q5.py and q8.py.
+// nibbles, 16 + 4k.. in the high ones (so a Q6_K half-block is the low or the high
+// nibbles); for Q8_0 its values 4k..4k + 3. `tiled` (atom/model/forward/blocks.py)
+// writes them from the GGUF-order rows of int4.py, q5.py, q6.py and q8.py.
 //
 // Every product, one row or thousands, quantizes each row of x per 32-block to int8
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
-// for Q4_1 and Q5_1). The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
+// for Q4_1 and Q5_1; Q6_K: d * dx * Σ over the halves of s * Σ (q - 32)·xq, all but
+// the last product in integers). Q6_K runs on the VNNI loops where AMX is chosen: its
+// two scales a block would need a tile product for each half-block. The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
 // AMX (loops_amx.cpp), and give the same bits; which one runs is decided once, from
 // what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the
 // Intel Xeon VM they beat the float GEMM on the weights expanded to float32 at every
@@ -57,18 +64,23 @@ struct Format {
   const char* name;
   int64_t block_bytes;   // a row's bytes for one block of 32 weights
   bool minimums;         // Q4_1, Q5_1: each block's activation sum is needed
+  int32_t zero;          // Q8_0, Q6_K: the value stored for 0 (offsets -zero · Σ xq)
+  bool halves;           // Q6_K: an offset a half-block of 16, not a block
   BlockChunk chunks[3];  // by instruction set (kIsas)
 };
 
-constexpr Format kQ4_1{"Q4_1", 20, true, {q4_chunk_avx2, q4_chunk_avx512, q4_chunk_amx}};
-constexpr Format kQ5_1{"Q5_1", 24, true, {q5_chunk_avx2, q5_chunk_avx512, q5_chunk_amx}};
-constexpr Format kQ8_0{"Q8_0", 34, false, {q8_chunk_avx2, q8_chunk_avx512, q8_chunk_amx}};
+constexpr Format kQ4_1{"Q4_1", 20, true, 0, false, {q4_chunk_avx2, q4_chunk_avx512, q4_chunk_amx}};
+constexpr Format kQ5_1{"Q5_1", 24, true, 0, false, {q5_chunk_avx2, q5_chunk_avx512, q5_chunk_amx}};
+constexpr Format kQ6_K{"Q6_K", 28, false, 32, true,
+                       {q6_chunk_avx2, q6_chunk_avx512, q6_chunk_avx512}};
+constexpr Format kQ8_0{"Q8_0", 34, false, 128, false,
+                       {q8_chunk_avx2, q8_chunk_avx512, q8_chunk_amx}};
 
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> scale;
   std::vector<float> sum;        // Q4_1, Q5_1: each block's float sum (the minimums' part)
-  std::vector<int32_t> offsets;  // Q8_0 only: -128 · Σ xq of each block
+  std::vector<int32_t> offsets;  // Q8_0, Q6_K: -zero · Σ xq of each block (Q6_K: half)
 };
 
 // Where block b of row m goes: rows are quantized in jobs of kRowBlock, each job's
@@ -81,9 +93,11 @@ inline int64_t slot(int64_t m, int64_t b, int64_t M, int64_t nb) {
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
   const int64_t nb = K / kBlock;
   const bool q4 = format.minimums;
+  const int64_t parts = format.halves ? 2 : 1, part = kBlock / parts;  // offsets a block
   // kPadding: the AMX loops read a job's last block as 16 rows (loops_amx.cpp).
   QuantizedRows out{std::vector<int8_t>(M * K + kPadding), std::vector<float>(M * nb),
-                    std::vector<float>(q4 ? M * nb : 0), std::vector<int32_t>(q4 ? 0 : M * nb)};
+                    std::vector<float>(q4 ? M * nb : 0),
+                    std::vector<int32_t>(q4 ? 0 : M * nb * parts)};
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {  // prompts: thousands of rows
     for (int64_t m = begin; m < end; ++m) {
       for (int64_t b = 0; b < nb; ++b) {
@@ -96,16 +110,16 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
         const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
         const int64_t at = slot(m, b, M, nb);
         int8_t* q = out.q.data() + at * kBlock;
-        int32_t q_sum = 0;
+        int32_t q_sum[2] = {0, 0};
         for (int64_t i = 0; i < kBlock; ++i) {
           q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
-          q_sum += q[i];
+          q_sum[i / part] += q[i];  // part 32: all in the first
         }
         out.scale[at] = d;
         if (q4) {
           out.sum[at] = sum;
         } else {
-          out.offsets[at] = -128 * q_sum;
+          for (int64_t h = 0; h < parts; ++h) out.offsets[at * parts + h] = -format.zero * q_sum[h];
         }
       }
     }
@@ -192,7 +206,8 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
                        xq.q.data() + m0 * K,
                        xq.scale.data() + m0 * nb,
                        xq.sum.empty() ? nullptr : xq.sum.data() + m0 * nb,
-                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb,
+                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb * (format.halves ? 2 : 1),
+                       format.halves,
                        b.defined() ? b.data_ptr<float>() : nullptr,
                        out.data_ptr<float>() + m0 * N,
                        std::min(kRowBlock, M - m0),
@@ -232,6 +247,12 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
 torch::Tensor q5_linear(torch::Tensor x, torch::Tensor blocks,
                         c10::optional<torch::Tensor> bias) {
   return block_linear(x, blocks, bias, kQ5_1);
+}
+
+// blocks: uint8 [N, K / 32 * 28], Q6_K tiles (see above); x float32 [..., K].
+torch::Tensor q6_linear(torch::Tensor x, torch::Tensor blocks,
+                        c10::optional<torch::Tensor> bias) {
+  return block_linear(x, blocks, bias, kQ6_K);
 }
 
 // blocks: uint8 [N, K / 32 * 34], Q8_0 tiles (see above); x float32 [..., K].

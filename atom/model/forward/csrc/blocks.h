@@ -19,7 +19,9 @@ struct BlockJob {
   const int8_t* xq;        // [K / 32, M, 32] activations quantized per 32-block
   const float* dx;         // [K / 32, M] each block's activation scale
   const float* sums;       // Q4_1, Q5_1: [K / 32, M] each block's activation sum
-  const int32_t* offsets;  // Q8_0: [K / 32, M] -128 · Σ xq of each block
+  const int32_t* offsets;  // Q8_0: [K / 32, M] -128 · Σ xq of each block; Q6_K:
+                           // [K / 32, M, 2] -32 · Σ xq of each half-block of 16
+  bool halves;             // offsets: two a block (Q6_K), else one
   const float* bias;       // [N] or null
   float* out;              // [M, N]
   int64_t M, N, K;
@@ -32,6 +34,8 @@ void q4_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q5_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q5_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q5_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);
+void q6_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
+void q6_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx2(const BlockJob& job, int64_t begin, int64_t end);
 void q8_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end);
 void q4_chunk_amx(const BlockJob& job, int64_t begin, int64_t end);

@@ -97,7 +97,7 @@ struct AmxQ4 {
   static const uint8_t* weights(const uint8_t* p, uint8_t* unpacked) {
     for (int k = 0; k < 4; ++k) {
       Vi low, high;
-      group_values<Five>(p, k, 0, low, high);
+      group_values<Five ? 5 : 4>(p, k, 0, low, high);
       _mm512_store_si512(unpacked + 64 * k, low);
       _mm512_store_si512(unpacked + 64 * (4 + k), high);
     }

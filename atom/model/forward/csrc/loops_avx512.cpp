@@ -12,6 +12,7 @@
 #define LOOPS_WIDE 1
 #define Q4_CHUNK q4_chunk_avx512
 #define Q5_CHUNK q5_chunk_avx512
+#define Q6_CHUNK q6_chunk_avx512
 #define Q8_CHUNK q8_chunk_avx512
 #include "loops.inc"
 #else
@@ -20,6 +21,9 @@ void q4_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
 }
 void q5_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
   q5_chunk_avx2(job, begin, end);
+}
+void q6_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
+  q6_chunk_avx2(job, begin, end);
 }
 void q8_chunk_avx512(const BlockJob& job, int64_t begin, int64_t end) {
   q8_chunk_avx2(job, begin, end);

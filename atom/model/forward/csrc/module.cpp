@@ -12,6 +12,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int4_linear", &int4_linear, "4-bit block weights linear, any rows (CPU)",
         release());
   m.def("q5_linear", &q5_linear, "Q5_1 block weights linear, any rows (CPU)", release());
+  m.def("q6_linear", &q6_linear, "Q6_K block weights linear, any rows (CPU)", release());
   m.def("q8_linear", &q8_linear, "Q8_0 block weights linear, any rows (CPU)", release());
   m.def("kernel_isa", &kernel_isa, "the instruction set the block products run on");
   m.def("set_kernel_isa", &set_kernel_isa, "use avx2, avx512_vnni or amx_int8; returns the one before");

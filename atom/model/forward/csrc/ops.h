@@ -21,6 +21,9 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor blocks,
 torch::Tensor q5_linear(torch::Tensor x, torch::Tensor blocks,
                         c10::optional<torch::Tensor> bias);
 
+torch::Tensor q6_linear(torch::Tensor x, torch::Tensor blocks,
+                        c10::optional<torch::Tensor> bias);
+
 torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<torch::Tensor> bias);
 
 // The instruction set the block products' loops use ("avx2", "avx512_vnni" or
@@ -46,9 +49,9 @@ void lora_add(torch::Tensor out, torch::Tensor x, torch::Tensor a, torch::Tensor
 
 // One weight matrix of a decoder layer, in one of the formats the kernels take.
 struct Projection {
-  enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2, kQ8 = 3, kQ5 = 4 };
+  enum Kind : int64_t { kFloat = 0, kInt8 = 1, kInt4 = 2, kQ8 = 3, kQ5 = 4, kQ6 = 5 };
   int64_t kind;
-  torch::Tensor weight;  // float [N, K], int8 [N, K] (with `scale` [N]), Q4_1/Q5_1/Q8_0 blocks
+  torch::Tensor weight;  // float [N, K], int8 [N, K] (with `scale` [N]), Q4_1/Q5_1/Q6_K/Q8_0 blocks
   c10::optional<torch::Tensor> scale;
   c10::optional<torch::Tensor> bias;
   torch::Tensor operator()(const torch::Tensor& x) const;

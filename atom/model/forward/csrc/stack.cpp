@@ -6,6 +6,7 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     case kInt4: return int4_linear(x, weight, bias);
     case kQ8: return q8_linear(x, weight, bias);
     case kQ5: return q5_linear(x, weight, bias);
+    case kQ6: return q6_linear(x, weight, bias);
     case kInt8: return int8_linear(x, weight, *scale, bias);
     default: return at::linear(x, weight, bias);
   }
