@@ -102,17 +102,6 @@ def planes(high: torch.Tensor, tiles: int) -> torch.Tensor:
     return octets.sum(-1, dtype=torch.uint8).reshape(tiles, nb, 64)
 
 
-def plane_bits(tile_planes: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
-    """`planes` undone for one row of each tile: planes [n, nb, 64] and the row's lane
-    [n] → its bits as `planes` takes them [n, nb, 4]."""
-    n, nb = tile_planes.shape[:2]
-    bits = (tile_planes.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1
-    # [n, nb, k, half, j, i] at lane j -> weight half · 16 + 4k + i
-    bits = bits.reshape(n, nb, 4, 2, TILE_ROWS, 4)[torch.arange(n), :, :, :, lanes]
-    octets = bits.permute(0, 1, 3, 2, 4).reshape(n, nb, 4, 8) << torch.arange(8, dtype=torch.uint8)
-    return octets.sum(-1, dtype=torch.uint8)
-
-
 Q4_1 = BlockFormat(
     "Q4_1", int4.quantize_blocks, int4.dequantized, "int4_linear", ProjectionKind.INT4, (2, 2), 16
 )
@@ -173,21 +162,45 @@ class BlockLinear(nn.Module):
 
 def rows_of_tiles(blocks: torch.Tensor, ids: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     """Rows `ids` [n] of tiled blocks (`tiled` undone for them): [n, K / 32 * bytes] in
-    the order `fmt.quantize` makes."""
+    the order `fmt.quantize` makes. Only their own bytes are read."""
     nb = blocks.shape[1] // fmt.row_bytes
-    tiles = blocks.view(-1, nb, TILE_ROWS * fmt.row_bytes)[ids // TILE_ROWS]
-    lanes, n = ids % TILE_ROWS, torch.arange(len(ids), device=ids.device)
-    at = TILE_ROWS * fmt.packed
-    weights = tiles[..., :at].view(-1, nb, fmt.packed // 4, TILE_ROWS, 4)[n, :, :, lanes]
-    parts, plain = [], len(fmt.numbers) - fmt.planes
+    lanes = ids % TILE_ROWS
+    first = (ids // TILE_ROWS * nb).unsqueeze(-1) + torch.arange(nb, device=ids.device)
+    lane_bytes = _lane_bytes(fmt, ids.device)[lanes].unsqueeze(1)
+    where = first.unsqueeze(-1) * TILE_ROWS * fmt.row_bytes + lane_bytes
+    found = blocks.view(-1)[where]  # [n, nb, bytes]
+    sizes = [size if i < len(fmt.numbers) - fmt.planes else 8 for i, size in enumerate(fmt.numbers)]
+    *numbers, packed = found.split([*sizes, fmt.packed], dim=-1)
+    plain = len(fmt.numbers) - fmt.planes
+    numbers[plain:] = [_plane_bits(part, lanes) for part in numbers[plain:]]
+    return torch.cat([part.reshape(len(ids), -1) for part in (*numbers, packed)], dim=1)
+
+
+def _lane_bytes(fmt: BlockFormat, device: torch.device) -> torch.Tensor:
+    """Where each lane's bytes lie in a tile block [16, bytes]: each number's, a plane's
+    eight bytes that hold its bits (group k's low and high nibbles' planes, byte j / 2
+    of each, in that order), then its packed weights in GGUF's order."""
+    j = torch.arange(TILE_ROWS).unsqueeze(-1)
+    parts, at = [], TILE_ROWS * fmt.packed
     for index, size in enumerate(fmt.numbers):
-        part = tiles[..., at : at + TILE_ROWS * size]
+        plane = index >= len(fmt.numbers) - fmt.planes
+        inside = 8 * torch.arange(8) + j // 2 if plane else size * j + torch.arange(size)
+        parts.append(at + inside)
         at += TILE_ROWS * size
-        if index >= plain:
-            parts.append(plane_bits(part, lanes))
-        else:
-            parts.append(part.view(-1, nb, TILE_ROWS, size)[n, :, lanes])
-    return torch.cat([p.reshape(len(ids), -1) for p in (*parts, weights)], dim=1)
+    groups = 64 * torch.arange(fmt.packed // 4).unsqueeze(-1) + torch.arange(4)
+    parts.append(groups.reshape(1, -1) + 4 * j)
+    return torch.cat(parts, dim=1).to(device)
+
+
+def _plane_bits(found: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
+    """A row's eight plane bytes [n, nb, 8] (`_lane_bytes`) as its bits in `planes`'s
+    input form [n, nb, 4]: lane j's four bits are the nibble j % 2 of each byte, those
+    of inputs 4k.. (low nibbles) and 16 + 4k.. (high ones); byte b of the result holds
+    inputs 8b..8b + 7."""
+    shift = (4 * (lanes % 2)).to(torch.uint8).view(-1, 1, 1)
+    nibbles = ((found >> shift) & 0x0F).view(*found.shape[:2], 2, 2, 2)  # [.., k // 2, k % 2, half]
+    nibbles = nibbles.permute(0, 1, 4, 2, 3)  # [.., half, k // 2, k % 2]
+    return (nibbles[..., 0] | (nibbles[..., 1] << 4)).reshape(*found.shape[:2], 4)
 
 
 class BlockEmbedding(nn.Module):

@@ -34,7 +34,7 @@ def pack(scale: torch.Tensor, minimum: torch.Tensor, q: torch.Tensor) -> torch.T
 
 
 def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`pack` undone: (scale, minimum as float32 [N, nb], q int64 [N, nb, 32])."""
+    """`pack` undone: (scale, minimum as float32 [N, nb], q uint8 [N, nb, 32])."""
     nb = blocks.shape[1] // BLOCK_BYTES
     scale = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
     minimum = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()
@@ -60,8 +60,8 @@ def nibbles_of(q: torch.Tensor) -> torch.Tensor:
 
 
 def values_of(nibbles: torch.Tensor) -> torch.Tensor:
-    """`nibbles_of` undone: [N, nb * 16] → the values int64 [N, nb, 32] (0..15)."""
-    packed = nibbles.reshape(len(nibbles), -1, BLOCK // 2).to(torch.int64)
+    """`nibbles_of` undone: [N, nb * 16] → the values uint8 [N, nb, 32] (0..15)."""
+    packed = nibbles.reshape(len(nibbles), -1, BLOCK // 2)
     return torch.cat((packed & 0x0F, packed >> 4), dim=-1)
 
 

@@ -46,13 +46,13 @@ def bits_of(q: torch.Tensor, bit: int) -> torch.Tensor:
 
 
 def bit_values(packed: torch.Tensor, nb: int) -> torch.Tensor:
-    """`bits_of`'s bytes [N, nb * 4] back to one bit a weight, int64 [N, nb, 32]."""
-    bytes_ = packed.reshape(len(packed), nb, 4, 1).to(torch.int64)
-    return ((bytes_ >> torch.arange(8)) & 1).reshape(len(packed), nb, BLOCK)
+    """`bits_of`'s bytes [N, nb * 4] back to one bit a weight, uint8 [N, nb, 32]."""
+    bytes_ = packed.reshape(len(packed), nb, 4, 1)
+    return ((bytes_ >> torch.arange(8, dtype=torch.uint8)) & 1).reshape(len(packed), nb, BLOCK)
 
 
 def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`pack` undone: (scale, minimum as float32 [N, nb], q int64 [N, nb, 32])."""
+    """`pack` undone: (scale, minimum as float32 [N, nb], q uint8 [N, nb, 32])."""
     nb = blocks.shape[1] // BLOCK_BYTES
     scale = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
     minimum = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.float16).float()

@@ -45,10 +45,10 @@ def pack(d: torch.Tensor, scales: torch.Tensor, q: torch.Tensor) -> torch.Tensor
 
 
 def unpack(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`pack` undone: (d float32 [N, nb], scales int64 [N, nb, 2], q int64 [N, nb, 32])."""
+    """`pack` undone: (d float32 [N, nb], scales int8 [N, nb, 2], q uint8 [N, nb, 32])."""
     nb = blocks.shape[1] // BLOCK_BYTES
     d = blocks[:, : 2 * nb].contiguous().view(torch.float16).float()
-    halves = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.int8).to(torch.int64)
+    halves = blocks[:, 2 * nb : 4 * nb].contiguous().view(torch.int8)
     scales = halves.reshape(len(blocks), 2, nb).transpose(1, 2)
     fifth = q5.bit_values(blocks[:, 4 * nb : 8 * nb], nb)
     sixth = q5.bit_values(blocks[:, 8 * nb : 12 * nb], nb)
@@ -60,7 +60,7 @@ def dequantized(blocks: torch.Tensor) -> torch.Tensor:
     order and precision of `gguf`'s own dequantization (so they equal it)."""
     d, scales, q = unpack(blocks)
     step = (d.unsqueeze(-1) * scales.float()).repeat_interleave(BLOCK // 2, dim=-1)
-    return (step * (q - ZERO).float()).reshape(len(blocks), -1)
+    return (step * (q.float() - ZERO)).reshape(len(blocks), -1)
 
 
 def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -90,36 +90,52 @@ inline int64_t slot(int64_t m, int64_t b, int64_t M, int64_t nb) {
   return job * nb + b * rows + (m - job);
 }
 
+// A block of 32 activations quantized to int8 (scale d = amax / 127) into q: d, the
+// block's float sum and the int sums of its halves' values. Written from a local copy,
+// so the int8 stores (which may alias anything) leave the sums in registers.
+struct QuantizedBlock {
+  float d, sum;
+  int32_t low, high;
+};
+
+inline QuantizedBlock quantize_block(const float* xb, int8_t* q) {
+  float amax = 0.f, sum = 0.f;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    amax = std::max(amax, std::fabs(xb[i]));
+    sum += xb[i];
+  }
+  const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+  int8_t values[kBlock];
+  for (int64_t i = 0; i < kBlock; ++i) values[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+  int32_t low = 0, high = 0;
+  for (int64_t i = 0; i < kBlock / 2; ++i) low += values[i], high += values[kBlock / 2 + i];
+  std::memcpy(q, values, kBlock);
+  return {d, sum, low, high};
+}
+
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& format) {
   const int64_t nb = K / kBlock;
-  const bool q4 = format.minimums;
-  const int64_t parts = format.halves ? 2 : 1, part = kBlock / parts;  // offsets a block
+  const bool q4 = format.minimums, halves = format.halves;
+  const int32_t zero = format.zero;
   // kPadding: the AMX loops read a job's last block as 16 rows (loops_amx.cpp).
   QuantizedRows out{std::vector<int8_t>(M * K + kPadding), std::vector<float>(M * nb),
                     std::vector<float>(q4 ? M * nb : 0),
-                    std::vector<int32_t>(q4 ? 0 : M * nb * parts)};
+                    std::vector<int32_t>(q4 ? 0 : M * nb * (halves ? 2 : 1))};
+  int8_t* q = out.q.data();
+  float *scale = out.scale.data(), *sum = out.sum.data();
+  int32_t* offsets = out.offsets.data();
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {  // prompts: thousands of rows
     for (int64_t m = begin; m < end; ++m) {
       for (int64_t b = 0; b < nb; ++b) {
-        const float* xb = x + m * K + b * kBlock;
-        float amax = 0.f, sum = 0.f;
-        for (int64_t i = 0; i < kBlock; ++i) {
-          amax = std::max(amax, std::fabs(xb[i]));
-          sum += xb[i];
-        }
-        const float d = amax / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
         const int64_t at = slot(m, b, M, nb);
-        int8_t* q = out.q.data() + at * kBlock;
-        int32_t q_sum[2] = {0, 0};
-        for (int64_t i = 0; i < kBlock; ++i) {
-          q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
-          q_sum[i / part] += q[i];  // part 32: all in the first
-        }
-        out.scale[at] = d;
+        const QuantizedBlock block = quantize_block(x + m * K + b * kBlock, q + at * kBlock);
+        scale[at] = block.d;
         if (q4) {
-          out.sum[at] = sum;
+          sum[at] = block.sum;
+        } else if (halves) {
+          offsets[2 * at] = -zero * block.low, offsets[2 * at + 1] = -zero * block.high;
         } else {
-          for (int64_t h = 0; h < parts; ++h) out.offsets[at * parts + h] = -format.zero * q_sum[h];
+          offsets[at] = -zero * (block.low + block.high);
         }
       }
     }
