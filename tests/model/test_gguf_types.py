@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import gguf  # type: ignore[import-untyped]
 import numpy as np
@@ -198,6 +199,23 @@ def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path
     assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
 
 
+def written(path: Path, layer: Any) -> tuple[Any, Any]:
+    """A tiny model written to `path` with `layer`'s blocks, loaded as transformers loads
+    a GGUF (floats), and a copy of it for `quantize`."""
+    write(path, shape=SHAPE, layer=layer)
+    floats = loader.load_model(
+        str(path), cache_dir=str(path.parent), device="cpu", dtype=torch.float32, max_model_len=None
+    ).model
+    return floats, copy.deepcopy(floats)
+
+
+def assert_answers_close(floats: Any, twin: Any) -> None:
+    ids = torch.tensor([[1, 17, 300, 4000, 9]])
+    with torch.inference_mode():
+        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+
+
 def q5_k_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Q]:
     seed = int(torch.randint(0, 2**31, (1,), generator=gen))
     return random_blocks(Q.Q5_K, rows, cols, seed), Q.Q5_K
@@ -207,11 +225,7 @@ def test_a_q5_k_file_is_served_on_q5_1_blocks_of_its_own(tmp_path: Path) -> None
     """A Q5_K file's layers run on Q5_1 blocks made from its blocks (not Q8_0 ones of
     the floats), and its answers stay those of its float weights."""
     path = tmp_path / "tiny.Q5_K.gguf"
-    write(path, shape=SHAPE, layer=q5_k_layer)
-    floats = loader.load_model(
-        str(path), cache_dir=str(tmp_path), device="cpu", dtype=torch.float32, max_model_len=None
-    ).model
-    twin = copy.deepcopy(floats)
+    floats, twin = written(path, q5_k_layer)
     gate = floats.model.layers[0].mlp.gate_proj
     with loader.open_gguf(path) as file:
         assert file is not None
@@ -224,10 +238,7 @@ def test_a_q5_k_file_is_served_on_q5_1_blocks_of_its_own(tmp_path: Path) -> None
     )
     values, bound = dequantized(rows, "Q5_1")
     assert ((values - gate.weight).abs() <= bound).all()
-    ids = torch.tensor([[1, 17, 300, 4000, 9]])
-    with torch.inference_mode():
-        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
-    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+    assert_answers_close(floats, twin)
 
 
 def q4_k_m_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, Q]:
@@ -244,11 +255,7 @@ def test_a_q4_k_m_like_file_serves_q6_k_layers_on_their_own_blocks(tmp_path: Pat
     the Q4_K ones on Q4_1 rows (transformers' classes: q/k/v not fused, so each part
     keeps its type); the answers stay the floats'."""
     path = tmp_path / "tiny.Q4_K_M.gguf"
-    write(path, shape=SHAPE, layer=q4_k_m_layer)
-    floats = loader.load_model(
-        str(path), cache_dir=str(tmp_path), device="cpu", dtype=torch.float32, max_model_len=None
-    ).model
-    twin = copy.deepcopy(floats)
+    floats, twin = written(path, q4_k_m_layer)
     down = floats.model.layers[1].mlp.down_proj
     with loader.open_gguf(path) as file:
         assert file is not None
@@ -259,7 +266,4 @@ def test_a_q4_k_m_like_file_serves_q6_k_layers_on_their_own_blocks(tmp_path: Pat
     assert forms["q_proj"] == forms["gate_proj"] == "Q4_1 (from Q4_K)"
     assert rows is not None and torch.equal(dequantized(rows, "Q6_K")[0], down.weight)
     assert torch.equal(twin.model.layers[1].mlp.down_proj.blocks, Q6_K.pack(down.weight, rows))
-    ids = torch.tensor([[1, 17, 300, 4000, 9]])
-    with torch.inference_mode():
-        expected, got = (m(input_ids=ids).logits[0, -1] for m in (floats, twin))
-    assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.99
+    assert_answers_close(floats, twin)
