@@ -10,6 +10,7 @@ every product through the format's kernel (csrc/blocks.cpp), one row or many; a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ class BlockFormat:
     @property
     def row_bytes(self) -> int:  # a row's bytes for one block
         return sum(self.numbers) + self.packed
+
+    @property
+    def plain(self) -> int:  # how many of the numbers are not bit planes
+        return len(self.numbers) - self.planes
 
     def supports(self, linear: nn.Linear) -> bool:
         return linear.in_features % self.block == 0
@@ -76,11 +81,10 @@ def tiled(blocks: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     rows, width = blocks.shape
     *per_block, weights = fmt.parts(blocks)
     tiles, nb = rows // TILE_ROWS, weights.shape[1]
-    plain = len(per_block) - fmt.planes
     numbers = [
         n.view(tiles, TILE_ROWS, nb, -1).transpose(1, 2).reshape(tiles, nb, -1)
-        for n in per_block[:plain]
-    ] + [planes(bits, tiles) for bits in per_block[plain:]]
+        for n in per_block[: fmt.plain]
+    ] + [planes(bits, tiles) for bits in per_block[fmt.plain :]]
     grouped = weights.reshape(tiles, TILE_ROWS, nb, fmt.packed // 4, 4).permute(0, 2, 3, 1, 4)
     # written into the [N, width] tensor itself: a view of a [tiles, nb, bytes] result
     # would keep that result alive as its base (heap.onto_huge_pages moves no views)
@@ -106,7 +110,14 @@ Q4_1 = BlockFormat(
     "Q4_1", int4.quantize_blocks, int4.dequantized, "int4_linear", ProjectionKind.INT4, (2, 2), 16
 )
 Q5_1 = BlockFormat(
-    "Q5_1", q5.quantize_blocks, q5.dequantized, "q5_linear", ProjectionKind.Q5, (2, 2, 4), 16, 32, 1
+    "Q5_1",
+    q5.quantize_blocks,
+    q5.dequantized,
+    "q5_linear",
+    ProjectionKind.Q5,
+    (2, 2, 4),
+    16,
+    planes=1,
 )
 Q6_K = BlockFormat(
     "Q6_K",
@@ -116,8 +127,7 @@ Q6_K = BlockFormat(
     ProjectionKind.Q6,
     (2, 1, 1, 4, 4),
     16,
-    32,
-    2,
+    planes=2,
 )
 Q8_0 = BlockFormat(
     "Q8_0", q8.quantize_blocks, q8.dequantized, "q8_linear", ProjectionKind.Q8, (2,), 32
@@ -169,13 +179,13 @@ def rows_of_tiles(blocks: torch.Tensor, ids: torch.Tensor, fmt: BlockFormat) -> 
     lane_bytes = _lane_bytes(fmt, ids.device)[lanes].unsqueeze(1)
     where = first.unsqueeze(-1) * TILE_ROWS * fmt.row_bytes + lane_bytes
     found = blocks.view(-1)[where]  # [n, nb, bytes]
-    sizes = [size if i < len(fmt.numbers) - fmt.planes else 8 for i, size in enumerate(fmt.numbers)]
+    sizes = [*fmt.numbers[: fmt.plain], *[8] * fmt.planes]  # a plane: 8 bytes a row
     *numbers, packed = found.split([*sizes, fmt.packed], dim=-1)
-    plain = len(fmt.numbers) - fmt.planes
-    numbers[plain:] = [_plane_bits(part, lanes) for part in numbers[plain:]]
+    numbers[fmt.plain :] = [_plane_bits(part, lanes) for part in numbers[fmt.plain :]]
     return torch.cat([part.reshape(len(ids), -1) for part in (*numbers, packed)], dim=1)
 
 
+@functools.cache  # a lookup a step: the table is the format's, made once
 def _lane_bytes(fmt: BlockFormat, device: torch.device) -> torch.Tensor:
     """Where each lane's bytes lie in a tile block [16, bytes]: each number's, a plane's
     eight bytes that hold its bits (group k's low and high nibbles' planes, byte j / 2
@@ -183,7 +193,7 @@ def _lane_bytes(fmt: BlockFormat, device: torch.device) -> torch.Tensor:
     j = torch.arange(TILE_ROWS).unsqueeze(-1)
     parts, at = [], TILE_ROWS * fmt.packed
     for index, size in enumerate(fmt.numbers):
-        plane = index >= len(fmt.numbers) - fmt.planes
+        plane = index >= fmt.plain
         inside = 8 * torch.arange(8) + j // 2 if plane else size * j + torch.arange(size)
         parts.append(at + inside)
         at += TILE_ROWS * size

@@ -18,20 +18,21 @@
 // low nibbles', then its high nibbles'; bit 4j + i is row j's byte i of the group),
 // 384 bytes; Q6_K Q4_1's 256 bytes of nibbles, the 16 float16 d, the 16 low halves'
 // scales, the 16 high halves', the fifth bits' eight planes as Q5_1's, then the sixth
-// bits' eight (448 bytes); Q8_0 eight groups of 64 bytes, then the 16 scales (544 bytes). In group
-// k, row j's four bytes (at 4j) are, for Q4_1, Q5_1 and Q6_K, its bytes 4k..4k + 3 of GGUF's
-// nibble order (weight i low, weight i + 16 high): weights 4k..4k + 3 in the low
-// nibbles, 16 + 4k.. in the high ones (so a Q6_K half-block is the low or the high
-// nibbles); for Q8_0 its values 4k..4k + 3. `tiled` (atom/model/forward/blocks.py)
+// bits' eight (448 bytes); Q8_0 eight groups of 64 bytes, then the 16 scales (544
+// bytes). In group k, row j's four bytes (at 4j) are, for Q4_1, Q5_1 and Q6_K, its
+// bytes 4k..4k + 3 of GGUF's nibble order (weight i low, weight i + 16 high):
+// weights 4k..4k + 3 in the low nibbles, 16 + 4k.. in the high ones (so a Q6_K
+// half-block is the low or the high nibbles); for Q8_0 its values 4k..4k + 3. `tiled` (atom/model/forward/blocks.py)
 // writes them from the GGUF-order rows of int4.py, q5.py, q6.py and q8.py.
 //
 // Every product, one row or thousands, quantizes each row of x per 32-block to int8
 // (scale dx), as llama.cpp's Q8_1, so a block contributes d * dx * Σ q·xq (+ m * Σx
 // for Q4_1 and Q5_1; Q6_K: d * dx * Σ over the halves of s * Σ (q - 32)·xq, all but
 // the last product in integers). Q6_K runs on the VNNI loops where AMX is chosen: its
-// two scales a block would need a tile product for each half-block. The inner loops exist for AVX2 and AVX-512 with VNNI (loops.inc) and for
-// AMX (loops_amx.cpp), and give the same bits; which one runs is decided once, from
-// what the CPU and the OS support (kernel_isa). Prefill takes the same loops: on the
+// two scales a block would need a tile product for each half-block. The inner loops
+// exist for AVX2 and AVX-512 with VNNI (loops.inc) and for AMX (loops_amx.cpp), and
+// give the same bits; which one runs is decided once, from what the CPU and the OS
+// support (kernel_isa). Prefill takes the same loops: on the
 // Intel Xeon VM they beat the float GEMM on the weights expanded to float32 at every
 // size measured (int4's 120 layer products at 512 rows: 201 against 388 ms), and a
 // row's result never depends on the rows beside it.
@@ -67,6 +68,7 @@ struct Format {
   int32_t zero;          // Q8_0, Q6_K: the value stored for 0 (offsets -zero · Σ xq)
   bool halves;           // Q6_K: an offset a half-block of 16, not a block
   BlockChunk chunks[3];  // by instruction set (kIsas)
+  int64_t offsets_a_block() const { return halves ? 2 : 1; }
 };
 
 constexpr Format kQ4_1{"Q4_1", 20, true, 0, false, {q4_chunk_avx2, q4_chunk_avx512, q4_chunk_amx}};
@@ -120,7 +122,7 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, const Format& 
   // kPadding: the AMX loops read a job's last block as 16 rows (loops_amx.cpp).
   QuantizedRows out{std::vector<int8_t>(M * K + kPadding), std::vector<float>(M * nb),
                     std::vector<float>(q4 ? M * nb : 0),
-                    std::vector<int32_t>(q4 ? 0 : M * nb * (halves ? 2 : 1))};
+                    std::vector<int32_t>(q4 ? 0 : M * nb * format.offsets_a_block())};
   int8_t* q = out.q.data();
   float *scale = out.scale.data(), *sum = out.sum.data();
   int32_t* offsets = out.offsets.data();
@@ -222,7 +224,8 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
                        xq.q.data() + m0 * K,
                        xq.scale.data() + m0 * nb,
                        xq.sum.empty() ? nullptr : xq.sum.data() + m0 * nb,
-                       xq.offsets.empty() ? nullptr : xq.offsets.data() + m0 * nb * (format.halves ? 2 : 1),
+                       xq.offsets.empty() ? nullptr
+                                          : xq.offsets.data() + m0 * nb * format.offsets_a_block(),
                        format.halves,
                        b.defined() ? b.data_ptr<float>() : nullptr,
                        out.data_ptr<float>() + m0 * N,
