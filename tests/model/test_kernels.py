@@ -20,7 +20,7 @@ from atom.model.forward.operators import TorchOps
 from tests.model.tiny import cpu_ops as built_ops
 
 
-@pytest.mark.parametrize(("window", "softcap"), [(None, None), (7, None), (None, 2.0), (20, 3.0)])
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (7, None), (None, 2.0), (90, 3.0)])
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "dim", "block_size"),
     [(9, 3, 64, 16), (4, 4, 40, 4), (8, 1, 128, 8), (6, 2, 20, 16)],
@@ -37,7 +37,8 @@ def test_kernel_matches_gather_then_sdpa(
     num_blocks = 64
     k_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
     v_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
-    lengths = [1, 5, block_size, block_size + 1, 3 * block_size + 7, 60]
+    # 133: a row longer than two blocks of 64 positions
+    lengths = [1, 5, block_size, block_size + 1, 3 * block_size + 7, 60, 133]
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered block tables
     tables = []
     for n in lengths:
