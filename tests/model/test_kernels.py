@@ -217,3 +217,28 @@ def test_paged_decode_reads_strided_query_rows() -> None:
     strided = built_ops().paged_decode(q, *args, 8, 0.25, 0, 0.0)
     packed = built_ops().paged_decode(q.contiguous(), *args, 8, 0.25, 0, 0.0)
     torch.testing.assert_close(strided, packed)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim"),
+    [(9, 3, 64), (8, 2, 64), (12, 2, 40), (6, 6, 32)],  # 3 / 4 / 6 / 1 heads a kv head
+)
+def test_paged_decode_gives_a_sequence_the_same_bits_alone_and_in_a_batch(
+    heads: int, kv_heads: int, dim: int, cache_dtype: torch.dtype
+) -> None:
+    """In a batch a task takes several heads of a kv head, alone one: the numbers agree."""
+    gen = torch.Generator().manual_seed(heads + dim)
+    batch, block_size, blocks_each = 24, 16, 9
+    slots = batch * blocks_each * block_size
+    k_cache = torch.randn(slots, kv_heads, dim, generator=gen).to(cache_dtype)
+    v_cache = torch.randn(slots, kv_heads, dim, generator=gen).to(cache_dtype)
+    tables = torch.randperm(batch * blocks_each, generator=gen).view(batch, blocks_each)
+    lengths = torch.randint(1, blocks_each * block_size + 1, (batch,), generator=gen)
+    q = torch.randn(batch, heads, dim, generator=gen)
+    decode = built_ops().paged_decode
+    together = decode(q, k_cache, v_cache, tables, lengths, block_size, dim**-0.5, 0, 0.0)
+    for b in range(batch):
+        alone = decode(q[b : b + 1], k_cache, v_cache, tables[b : b + 1], lengths[b : b + 1],
+                       block_size, dim**-0.5, 0, 0.0)  # fmt: skip
+        assert torch.equal(alone[0], together[b]), f"sequence {b} of length {lengths[b]}"

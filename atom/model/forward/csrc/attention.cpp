@@ -67,6 +67,24 @@ inline void softmax(float* s, int64_t n) {
 }
 
 #ifdef __AVX2__
+// The cache lines of values [first, first + count) of rows [from, to), asked for ahead
+// of their use. A sequence's rows are scattered over its blocks, so the CPU's own prefetchers miss
+// them: without this the loops below wait on memory, reading the float16 cache of 32
+// sequences at ~8 GB/s of the machine's ~30 (docs/performance.md).
+template <int Hint, typename T>
+inline void prefetch_rows(const T* const* rows, int64_t from, int64_t to, int64_t first,
+                          int64_t count) {
+  constexpr int64_t per_line = 64 / sizeof(T);
+  for (int64_t j = from; j < to; ++j) {
+    for (int64_t d = first; d < first + count; d += per_line) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[j] + d), static_cast<_mm_hint>(Hint));
+    }
+  }
+}
+
+// How far ahead of the row in use the loops ask for rows.
+constexpr int64_t kAhead = 16;
+
 // q · k[j] for 8 key rows at once: eight independent accumulators keep the multiply-adds
 // streaming (one dot product at a time waits on its own chain), then one transposing
 // reduction. D is a multiple of 8.
@@ -84,14 +102,18 @@ inline __m256 dot8(const float* q, const T* const* k, int64_t D) {
 }
 #endif
 
-// scores[i] = q · k[i] * scale for n key rows.
+// scores[i] = q · k[i] * scale for n key rows; the V rows the weighted sum reads next
+// are asked for into the L2 cache on the way.
 template <typename T>
-inline void scores_of(const float* q, const T* const* k, int64_t n, int64_t D, float scale,
-                      float* scores, float* scratch) {
+inline void scores_of(const float* q, const T* const* k, const T* const* v, int64_t n, int64_t D,
+                      float scale, float* scores, float* scratch) {
   int64_t i = 0;
 #ifdef __AVX2__
   if (D % 8 == 0) {
     for (; i + 8 <= n; i += 8) {
+      const int64_t from = std::min(i + kAhead, n), to = std::min(i + kAhead + 8, n);
+      prefetch_rows<_MM_HINT_T0>(k, from, to, 0, D);
+      prefetch_rows<_MM_HINT_T1>(v, from, to, 0, D);
       _mm256_storeu_ps(scores + i, _mm256_mul_ps(dot8(q, k + i, D), _mm256_set1_ps(scale)));
     }
   }
@@ -110,6 +132,7 @@ inline void weighted_sum(const float* p, const T* const* v, int64_t n, int64_t D
     __m256 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) prefetch_rows<_MM_HINT_T0>(v, i + kAhead, i + kAhead + 1, d0, 64);
       const __m256 w = _mm256_set1_ps(p[i]);
       for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(w, load8(v[i] + d0 + 8 * c), acc[c]);
     }
@@ -161,8 +184,8 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
         }
         pos += n;
       }
-      scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), len, a.D, a.scale, scores.data(),
-                scratch.data());
+      scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), v_rows.data(), len, a.D, a.scale,
+                scores.data(), scratch.data());
       if (a.cap > 0.f) {
         for (auto& v : scores) v = a.cap * std::tanh(v / a.cap);
       }
