@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,6 +26,14 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 
 FAKE_REPLY = "Hello world, this is a fake reply. Ça marche 🙂!"
+
+
+@pytest.fixture(autouse=True)
+def _thawed_heap() -> Iterator[None]:
+    """Loading a model freezes the heap (atom/model/heap.py); between tests nothing stays
+    frozen, so one test's garbage does not outlive it."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -35,6 +35,7 @@ from atom.errors import (
     ModelNotFound,
 )
 from atom.model.catalog import ModelKind, ModelSpec
+from atom.model.heap import loading, thaw_heap
 from atom.model.runner import Runtime
 from atom.model.speculation.config import parse_speculative_config
 from atom.responses_store import ResponsesStore
@@ -238,20 +239,29 @@ class Models:
         scope.cancel()
         while name in self.cores:
             await trio.sleep(0)
+        thaw_heap()
         log.info("model_unloaded", model=name)
         return spec
 
     def _load_with_draft(self, spec: ModelSpec) -> Loaded:
-        """`spec` loaded (on the calling thread), with the draft model that speculative
-        decoding names beside a generation model: the same settings but its own
-        quantization if named, its own KV cache of --kv-cache-memory-bytes; refused
+        """`spec` loaded (on the calling thread), with the draft model speculative decoding
+        names beside a generation model; the garbage collector paused meanwhile, then what
+        is alive frozen (heap.loading)."""
+        with loading():
+            loaded = self._load(self.settings, spec)
+            config = self._speculation
+            if config is not None and config.model is not None and isinstance(loaded, Runtime):
+                loaded = self._with_draft(loaded, spec, config.model, config.quantization)
+        return loaded
+
+    def _with_draft(
+        self, loaded: Runtime, spec: ModelSpec, source: str, quantization: str | None
+    ) -> Runtime:
+        """`loaded` with the draft model at `source` beside it: the same settings but its
+        own quantization if named, its own KV cache of --kv-cache-memory-bytes; refused
         unless its vocabulary is the served one's."""
-        loaded = self._load(self.settings, spec)
-        config = self._speculation
-        if config is None or config.model is None or not isinstance(loaded, Runtime):
-            return loaded
-        draft_spec = ModelSpec(name=f"{spec.name}:draft", source=config.model, kind=spec.kind)
-        quantization = config.quantization or self.settings.quantization
+        draft_spec = ModelSpec(name=f"{spec.name}:draft", source=source, kind=spec.kind)
+        quantization = quantization or self.settings.quantization
         settings = dataclasses.replace(
             self.settings, speculative_config=None, quantization=quantization
         )
@@ -259,7 +269,7 @@ class Models:
         assert isinstance(draft, Runtime)
         if draft.tokenizer.get_vocab() != loaded.tokenizer.get_vocab():
             raise ValueError(
-                f"--speculative-config: the draft model {config.model} has another "
+                f"--speculative-config: the draft model {source} has another "
                 f"tokenizer than {spec.source}"
             )
         return dataclasses.replace(loaded, draft=draft.runner)

@@ -28,6 +28,8 @@ def chat(model: str) -> dict[str, Any]:
 class Tracked(FakeRunner):
     """A FakeRunner a weak reference can follow (the dataclass has slots)."""
 
+    cycle: Any = None
+
 
 def generation_folder(tmp_path: Path, name: str) -> str:
     folder = tmp_path / name
@@ -73,6 +75,7 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
         if spec.source != second:
             return inner(settings, spec)
         runner = Tracked(eos_token_id=tokenizer.eos_token_id)
+        runner.cycle = runner  # only the cyclic collector frees it, as a real model's modules
         runners.append(weakref.ref(runner))
         return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=2048)
 
@@ -94,6 +97,7 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
             listed = (await http.get("/v1/models")).json()["data"]
             gate.set()
         answered = await http.post("/v1/chat/completions", json=chat("second"))
+        frozen = gc.get_freeze_count()  # the loads froze the heap (atom/model/heap.py)
         again = await http.post("/models/load", json={"model": second})
         broken = await http.post("/models/load", json={"model": "broken"})
         unloaded = await http.post("/models/unload", json={"model": "second"})
@@ -101,6 +105,7 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
         still = await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))
         gc.collect()
         assert runners[0]() is None  # nothing holds the unloaded model's runner
+    assert frozen > 0
     assert during.status_code == 200  # the load never stalled the served model
     assert waiting.status_code == 503 and waiting.headers["retry-after"]
     assert {m["id"]: m["status"] for m in listed} == {CHAT_MODEL: "loaded", "second": "loading"}

@@ -1,13 +1,16 @@
-"""The weights the kernels stream, moved onto one mapping advised for 2 MB pages."""
+"""The weights the kernels stream, moved onto one mapping advised for 2 MB pages; the
+objects of a loaded model frozen out of the garbage collector's passes."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 
-from atom.model.heap import HUGE_PAGE, onto_huge_pages
+from atom.model.heap import HUGE_PAGE, freeze_heap, loading, onto_huge_pages, thaw_heap
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -58,3 +61,38 @@ def test_views_are_refused() -> None:
     """A view moved would leave its base, and the old memory, alive."""
     with pytest.raises(ValueError, match="views"):
         onto_huge_pages([torch.ones(4, 4).view(16)])
+
+
+class Node:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_frozen_cycle_outlives_collections_until_the_heap_is_thawed() -> None:
+    node = Node()
+    probe = weakref.ref(node)
+    freeze_heap()
+    assert gc.get_freeze_count() > 0
+    del node
+    gc.collect()
+    assert probe() is not None  # frozen: the full pass no longer walks it
+    thaw_heap()  # as after an unload
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert probe() is None
+
+
+def test_a_load_pauses_the_collector_and_freezes_what_it_made() -> None:
+    with loading():
+        assert not gc.isenabled()
+        made = Node()
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    probe = weakref.ref(made)
+    del made
+    gc.collect()
+    assert probe() is not None  # frozen with the rest of the load
+    with pytest.raises(ValueError), loading():  # a failed load: the collector back on
+        raise ValueError("no weights here")
+    assert gc.isenabled()
