@@ -37,7 +37,7 @@ def test_kernel_matches_gather_then_sdpa(
     num_blocks = 64
     k_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
     v_cache = torch.randn(num_blocks * block_size, kv_heads, dim, generator=gen)
-    # 133: a row longer than two blocks of 64 positions
+    # 133: a row asked for ahead (csrc/attention.cpp) across many of its blocks
     lengths = [1, 5, block_size, block_size + 1, 3 * block_size + 7, 60, 133]
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered block tables
     tables = []
@@ -227,7 +227,7 @@ def test_paged_decode_reads_strided_query_rows() -> None:
 def test_paged_decode_gives_a_sequence_the_same_bits_alone_and_in_a_batch(
     heads: int, kv_heads: int, dim: int, cache_dtype: torch.dtype
 ) -> None:
-    """In a batch a task takes several heads of a kv head, alone one: the numbers agree."""
+    """A sequence's attention does not depend on the sequences decoded beside it."""
     gen = torch.Generator().manual_seed(heads + dim)
     batch, block_size, blocks_each = 24, 16, 9
     slots = batch * blocks_each * block_size
