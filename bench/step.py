@@ -17,6 +17,7 @@ import time
 
 from atom.config import Settings
 from atom.events import SamplingParams, Submit
+from atom.model.heap import loading
 from atom.model.loader import load_runtime
 from atom.model.runner import Runner
 from atom.model.scheduling.kv_cache import KVCacheManager
@@ -70,7 +71,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="then profile the first batch size")
     args = p.parse_args()
     settings = Settings.from_env()
-    runtime = load_runtime(settings)
+    with loading():  # as the server loads: the heap frozen after (atom/model/heap.py)
+        runtime = load_runtime(settings)
     report = {
         "machine": machine(),
         "model": dict(runtime.description),
