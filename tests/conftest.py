@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -21,6 +20,7 @@ from atom.events import ClientDisconnected, EngineStepped, Envelope, RequestRele
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.fake_pooling import FakePoolingRunner
 from atom.model.fake_runner import FakeRunner, Script
+from atom.model.heap import thaw_heap
 from atom.model.loader import load_tokenizer
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
@@ -33,7 +33,7 @@ def _thawed_heap() -> Iterator[None]:
     """Loading a model freezes the heap (atom/model/heap.py); between tests nothing stays
     frozen, so one test's garbage does not outlive it."""
     yield
-    gc.unfreeze()
+    thaw_heap()
 
 
 @pytest.fixture(scope="session")
