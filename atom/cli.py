@@ -7,10 +7,11 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
+import httpx
 import trio
 
 from atom.config import HELP, Settings, parse_list
@@ -118,14 +119,42 @@ def serve_command(host: str, port: int, settings: Settings) -> list[str]:
     ]
 
 
+MAX_REPORTED = 10  # skipped lines named one by one; the rest are counted
 BACKLOG_HEADROOM = 64  # connections for /health, /metrics and requests refused with a 429
 
 
 def _replay(args: argparse.Namespace) -> int:
-    def report_torn(number: int, reason: str) -> None:
-        print(f"atom replay: {args.log}:{number}: skipped a torn line ({reason})", file=sys.stderr)
+    """A log that cannot be opened, or holds no record at all (a folder, a binary file, one
+    line nested a million deep), is a one-line error and exit status 2."""
+    if not os.path.isfile(args.log):
+        print(f"atom replay: {args.log}: no such file (a request log is a file)", file=sys.stderr)
+        return 2
+    skipped: list[int] = []
 
-    envelopes = read_log(args.log, on_torn=report_torn)
+    def report_torn(number: int, reason: str) -> None:
+        skipped.append(number)
+        if len(skipped) <= MAX_REPORTED:
+            print(f"atom replay: {args.log}:{number}: skipped a line ({reason})", file=sys.stderr)
+
+    read = [0]
+
+    def counted() -> Iterator[Envelope]:
+        for envelope in read_log(args.log, on_torn=report_torn):
+            read[0] += 1
+            yield envelope
+
+    try:
+        status = _replayed(args, counted())
+    except OSError as exc:
+        print(f"atom replay: {args.log}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if read[0] == 0 and skipped:
+        print(f"atom replay: {args.log}: no record in {len(skipped)} lines", file=sys.stderr)
+        return 2
+    return status
+
+
+def _replayed(args: argparse.Namespace, envelopes: Iterable[Envelope]) -> int:
     if args.rerun:
         return _rerun(args, envelopes)
     if args.tool_call_parser or args.reasoning_parser:
@@ -169,7 +198,16 @@ def _rerun(args: argparse.Namespace, envelopes: Iterable[Envelope]) -> int:
         as_recorded=args.speed == "recorded",
         headers=headers,
     )
-    verdicts = trio.run(rerun.run, recorded)
+    unreachable: list[BaseException] = []
+    verdicts = []
+    try:
+        verdicts = trio.run(rerun.run, recorded)
+    except* httpx.TransportError as group:
+        unreachable.extend(group.exceptions)
+    if unreachable:
+        reason = f"{type(unreachable[0]).__name__}: {unreachable[0]}"
+        print(f"atom replay: cannot reach {args.rerun} ({reason})"[:300], file=sys.stderr)
+        return 2
     for verdict in verdicts:
         if not verdict.agreed:
             print(json.dumps(dataclasses.asdict(verdict), ensure_ascii=False))

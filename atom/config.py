@@ -63,6 +63,7 @@ class Settings:
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
     api_key: tuple[str, ...] = ()  # clients must send one of them (Bearer or x-api-key)
     api_key_file: str | None = None  # more keys, one a line
+    admin_api_key: tuple[str, ...] = ()  # keys that see every key's state; admin routes
     protect_metrics: bool = False  # /metrics needs a key too
     allowed_origins: tuple[str, ...] = ("*",)  # CORS, as vLLM
     allowed_methods: tuple[str, ...] = ("*",)
@@ -99,6 +100,12 @@ class Settings:
             for f in fields(self)
             if getattr(self, f.name) is not None
         }
+
+
+def check_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A setting that takes one of a few words: ValueError naming the flag otherwise."""
+    if value not in allowed:
+        raise ValueError(f"--{flag}: expected {' or '.join(allowed)}, got {value!r}")
 
 
 def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -157,6 +164,8 @@ HELP = {
     "enable_admin_routes": "allow admin routes (model load/unload) when no API key is set",
     "api_key": "a key clients must send (Authorization: Bearer KEY or x-api-key); repeatable",
     "api_key_file": "a file of keys, one a line",
+    "admin_api_key": "a key that may read every key's stored responses and request views; "
+    "once set, admin routes need it; repeatable",
     "protect_metrics": "/metrics needs a key too",
     "allowed_origins": "CORS: origins allowed, a JSON list or comma-separated",
     "allowed_methods": "CORS: methods allowed",

@@ -120,6 +120,7 @@ class RequestReceived(RequestEvent):
     created: int
     body: dict[str, Any] = field(default_factory=dict)
     plan: RequestPlan | None = None
+    owner: str | None = None  # the API key's fingerprint (atom/tenant.py); None: no keys
 
 
 @_tagged("request_accepted")
@@ -278,6 +279,7 @@ class PoolingRequested(RequestEvent):
     inputs: tuple[PoolingInput, ...]
     plan: PoolingPlan
     body: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None  # the API key's fingerprint (atom/tenant.py); None: no keys
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -241,7 +241,7 @@ class Metrics:
     ) -> str:
         """Every metric family once, a sample per model (`model_name`, as vLLM labels);
         with `max_loras` (--enable-lora), vLLM's lora_requests_info at time `now`."""
-        folds = [(f'model_name="{name}"', self.model(name)) for name in names]
+        folds = [(f'model_name="{label_value(name)}"', self.model(name)) for name in names]
         lines: list[str] = []
         for family, kind, value in _FAMILIES:
             lines.extend(_head(family, kind))
@@ -339,13 +339,19 @@ def _lora_info(folds: list[tuple[str, ModelMetrics]], max_loras: int, now: float
     value is when it was read (Unix seconds)."""
     lines = _head("lora_requests_info", "gauge")
     for labels, m in folds:
-        running = ",".join(sorted(a for a, n in m.lora_running.items() if n > 0))
-        waiting = ",".join(sorted(a for a, n in m.lora_waiting.items() if n > 0))
+        running = label_value(",".join(sorted(a for a, n in m.lora_running.items() if n > 0)))
+        waiting = label_value(",".join(sorted(a for a, n in m.lora_waiting.items() if n > 0)))
         lines.append(
             f'atom:lora_requests_info{{{labels},max_lora="{max_loras}",'
             f'running_lora_adapters="{running}",waiting_lora_adapters="{waiting}"}} {now!r}'
         )
     return lines
+
+
+def label_value(text: str) -> str:
+    """`text` as a label value of Prometheus's text format: a backslash, a double quote
+    and a line feed escaped, so no name can end its label or start a series."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _head(name: str, kind: str) -> list[str]:

@@ -58,27 +58,28 @@ class ReplayedResponse:
 
 
 def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
-    """One response per logged request (generation or pooling), in arrival order."""
-    renderers: dict[str, Renderer] = {}
-    responses: dict[str, ReplayedResponse] = {}
-    models: dict[str, str] = {}  # request id → served model
+    """One response per logged request (generation or pooling), in arrival order. A
+    request id a client reused after its first request ended names the newest one from
+    its `request_received` on; the earlier one keeps what it had."""
+    replayed: list[ReplayedResponse] = []
+    live: dict[str, tuple[Renderer, ReplayedResponse, str]] = {}  # id → renderer, answer, model
     weights: dict[str, str] = {}  # served model → the weights it runs, once replaced
     for envelope in envelopes:
         event = envelope.event
         if isinstance(event, RequestReceived | PoolingRequested):
-            renderers[event.request_id] = renderer_of(event)
-            responses[event.request_id] = ReplayedResponse(request_id=event.request_id)
-            models[event.request_id] = event.model
+            response = ReplayedResponse(request_id=event.request_id)
+            live[event.request_id] = (renderer_of(event), response, event.model)
+            replayed.append(response)
         elif isinstance(event, WeightsUpdated):
             weights[event.model] = event.weight_version or event.source
-        elif isinstance(event, RequestEvent) and event.request_id in renderers:
-            response = responses[event.request_id]
-            response.feed(renderers[event.request_id], event)
+        elif isinstance(event, RequestEvent) and event.request_id in live:
+            renderer, response, model = live[event.request_id]
+            response.feed(renderer, event)
             if isinstance(event, TokensSampled):
-                label = weights.get(models[event.request_id], "initial")
+                label = weights.get(model, "initial")
                 if response.weights[-1:] != [label]:
                     response.weights.append(label)
-    return list(responses.values())
+    return replayed
 
 
 def renderer_of(received: RequestReceived | PoolingRequested) -> Renderer:

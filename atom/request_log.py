@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from atom.events import Envelope, event_class
 
@@ -44,22 +44,42 @@ def decode(line: str) -> Envelope:
     return Envelope(seq=seq, at=at, event=_build(cls, raw))
 
 
+MAX_LINE_BYTES = 64 * 1024 * 1024  # a longer line is reported, not held in memory
+
+
 def read_log(
     path: str | Path, *, on_torn: Callable[[int, str], None] | None = None
 ) -> Iterator[Envelope]:
-    """Every envelope of a log file in order. A torn line (a crash mid-write: cut JSON,
-    a cut UTF-8 character) is skipped and passed to `on_torn` with its line number and
-    the reason; the lines after it, such as those a restarted server appended, are read."""
+    """Every envelope of a log file in order, read as a stream. A line that is no record
+    (a crash mid-write: cut JSON, a cut UTF-8 character; or any other text, nesting past
+    the parser's depth, an unknown event type, a line past MAX_LINE_BYTES) is skipped and
+    passed to `on_torn` with its line number and the reason; the lines after it, such as
+    those a restarted server appended, are read."""
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield decode(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        for number, raw in enumerate(_lines(f), start=1):
+            if raw is None:
+                reason = f"a line longer than {MAX_LINE_BYTES} bytes"
+            elif not raw.strip():
+                continue
+            else:
+                try:
+                    yield decode(raw.decode("utf-8"))
+                    continue
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                    reason = f"{type(exc).__name__}: {exc}"[:200]
             if on_torn is not None:
-                on_torn(number, str(exc))
+                on_torn(number, reason)
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines; None for one past MAX_LINE_BYTES, whose bytes are read past."""
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield None
 
 
 def encode_all(envelopes: Iterable[Envelope]) -> str:

@@ -5,6 +5,9 @@ It folds the same events the live renderer does (through the Responses body
 renderer), so a stored response is the one that was sent; fed the request log at
 start-up, it comes back after a restart (a deletion is an event too, so it stays
 deleted). Bounded: the least recently used response leaves first.
+
+Each response belongs to the API key that made it (`RequestReceived.owner`): a lookup
+by another key finds nothing (a 404), unless that key sees all (atom/tenant.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from atom.events import (
     ResponseDeleted,
 )
 from atom.plan import Endpoint
+from atom.tenant import Tenant
 from atom.wire_responses import ResponsesBodyRenderer
+
+MAX_CHAIN = 100  # previous_response_id links a conversation may follow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +37,7 @@ class StoredResponse:
     response: dict[str, Any]  # the Response object as sent
     input_items: tuple[dict[str, Any], ...]  # the request's input, as items
     previous_response_id: str | None = None
+    owner: str | None = None  # the key that made it (RequestReceived.owner)
 
 
 class ResponsesStore:
@@ -39,6 +46,7 @@ class ResponsesStore:
         self._done: OrderedDict[str, StoredResponse] = OrderedDict()
         self._pending: dict[str, tuple[ResponsesBodyRenderer, RequestReceived]] = {}
         self._deleted: set[str] = set()  # deleted while still running
+        self._gone: OrderedDict[str, None] = OrderedDict()  # deleted ids, not to be reused
 
     def apply(self, envelope: Envelope) -> None:
         """A bus subscriber; also fed the request log at start-up."""
@@ -94,39 +102,67 @@ class ResponsesStore:
             response=response,
             input_items=shape.input_items,
             previous_response_id=response.get("previous_response_id"),
+            owner=received.owner,
         )
         while len(self._done) > self._max:
             self._done.popitem(last=False)
 
-    def get(self, response_id: str) -> StoredResponse | None:
-        """A finished response, or one still running as it stands (`in_progress`)."""
+    def get(self, response_id: str, tenant: Tenant) -> StoredResponse | None:
+        """A finished response, or one still running as it stands (`in_progress`); None
+        for an unknown id or another key's response."""
         if response_id in self._pending:
             renderer, received = self._pending[response_id]
             assert received.plan is not None
             items = received.plan.shape.input_items
-            return StoredResponse(response=renderer.snapshot("in_progress"), input_items=items)
+            response = renderer.snapshot("in_progress")
+            running = StoredResponse(response=response, input_items=items, owner=received.owner)
+            return running if tenant.may_see(received.owner) else None
         stored = self._done.get(response_id)
-        if stored is not None:
-            self._done.move_to_end(response_id)
+        if stored is None or not tenant.may_see(stored.owner):
+            return None
+        self._done.move_to_end(response_id)
         return stored
 
     def has(self, response_id: str) -> bool:
-        return response_id in self._pending or response_id in self._done
+        """Whether any key's response holds this id, or held it until it was deleted."""
+        return (
+            response_id in self._pending or response_id in self._done or response_id in self._gone
+        )
 
     def _delete(self, response_id: str) -> None:
         """Deleted while running: it is dropped when it finishes."""
         if response_id in self._pending:
             self._deleted.add(response_id)
         self._done.pop(response_id, None)
+        self._gone[response_id] = None
+        while len(self._gone) > self._max:
+            self._gone.popitem(last=False)
 
-    def conversation(self, response_id: str) -> list[dict[str, Any]] | None:
+    def conversation(self, response_id: str, tenant: Tenant) -> list[dict[str, Any]]:
         """Every input item and output item up to and including this response, oldest
-        first, as input items (what `previous_response_id` continues)."""
-        stored = self.get(response_id)
-        if stored is None:
-            return None
-        earlier: list[dict[str, Any]] = []
-        if stored.previous_response_id is not None:
-            earlier = self.conversation(stored.previous_response_id) or []
-        outputs = [item for item in stored.response["output"] if item["type"] != "reasoning"]
-        return [*earlier, *stored.input_items, *outputs]
+        first, as input items (what `previous_response_id` continues). LookupError
+        for a response this tenant cannot see; ValueError for a chain that loops or runs
+        past MAX_CHAIN links."""
+        chain: list[StoredResponse] = []
+        seen: set[str] = set()
+        next_id: str | None = response_id
+        while next_id is not None:
+            if next_id in seen:
+                raise ValueError(
+                    f"the conversation's previous_response_id links loop at {next_id!r}"
+                )
+            stored = self.get(next_id, tenant)
+            if stored is None and not chain:
+                raise LookupError(next_id)
+            if stored is None:
+                break  # an earlier link the store let go (LRU): the conversation from here
+            if len(chain) == MAX_CHAIN:
+                raise ValueError(f"the conversation is longer than {MAX_CHAIN} responses")
+            chain.append(stored)
+            seen.add(next_id)
+            next_id = stored.previous_response_id
+        items: list[dict[str, Any]] = []
+        for stored in reversed(chain):
+            outputs = [item for item in stored.response["output"] if item["type"] != "reasoning"]
+            items += [*stored.input_items, *outputs]
+        return items

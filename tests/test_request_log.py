@@ -104,5 +104,37 @@ def test_atom_replay_reports_a_torn_line_and_replays_the_rest(tmp_path: Path) ->
         [sys.executable, "-m", "atom.cli", "replay", str(path)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert f"{path}:1: skipped a torn line" in done.stderr
+    assert f"{path}:1: skipped a line" in done.stderr
     assert done.stdout.startswith("### r ")
+
+
+def replay_cli(path: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "atom.cli", "replay", str(path)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_atom_replay_of_what_is_no_log_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A folder, a binary file and a line nested a million deep each gave a traceback."""
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(bytes(range(256)) * 64)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 1_000_000 + "]" * 1_000_000 + "\n")
+    for path in (tmp_path, binary, deep):
+        done = replay_cli(path)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[-1].startswith(f"atom replay: {path}")
+
+
+def test_a_line_past_the_limit_is_skipped_without_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("atom.request_log.MAX_LINE_BYTES", 1000)
+    line = encode(Envelope(seq=0, at=0.0, event=EVENTS[2])).encode()
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\0" * 5000 + b"\n5\n" + line + b"\n")
+    torn: list[tuple[int, str]] = []
+    envelopes = list(read_log(path, on_torn=lambda number, reason: torn.append((number, reason))))
+    assert [e.seq for e in envelopes] == [0]
+    assert [number for number, _ in torn] == [1, 2]
+    assert "longer than 1000 bytes" in torn[0][1]

@@ -5,6 +5,9 @@ answers compared exactly and sampled ones by shape, with a non-zero exit below
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +107,20 @@ def test_sampled_answers_are_compared_by_shape() -> None:
     other_call = compare(called, 200, _answer("", finish="tool_calls", calls=("get_time",)))
     assert other_call.divergence == "choice 0: tool-call names differ"
     assert compare(recorded, 500, None).divergence == "status 200 → 500"
+
+
+def test_a_server_that_is_not_there_is_one_line_and_exit_2(tokenizer: Any, tmp_path: Path) -> None:
+    """It was an 83-line ExceptionGroup traceback."""
+    log_path = tmp_path / "log.jsonl"
+    record(tokenizer, log_path)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    done = subprocess.run(
+        [sys.executable, "-m", "atom.cli", "replay", str(log_path), "--rerun", url],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith(f"atom replay: cannot reach {url}")

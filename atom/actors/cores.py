@@ -16,6 +16,7 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.vision.prompter import ImagePrompter
 from atom.responses_store import ResponsesStore
+from atom.tenant import EVERYONE, Tenant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +39,7 @@ class EngineCore:
     # A PEFT folder read for this model (Runtime.read_lora); None: it cannot apply adapters.
     read_lora: Callable[[str, str], LoraAdapter] | None = None
     lora: str | None = None  # set on the core a request naming an adapter gets (Models.core)
+    tenant: Tenant = EVERYONE  # set on the core a request gets: whose stored state it reads
     images: ImagePrompter | None = None  # a vision-language model's (Runtime's); None: text
 
 

@@ -89,8 +89,8 @@ class Engine:
         on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
-        self._stop_process = on_fatal
-        self._on_drained = on_drained  # given: SIGTERM/SIGINT drain, then it ends the process
+        # on_drained given: SIGTERM/SIGINT drain, then it ends the process.
+        self._stop_process, self._on_drained = on_fatal, on_drained
         self.bus = EventBus(clock)
         self.crash_ring = CrashRing.on(self.bus, settings.crash_dump_dir)
         self.recent = RecentRequests.on(self.bus) if settings.request_log else None  # web page
@@ -112,9 +112,9 @@ class Engine:
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
         self.is_draining = False  # a signal asked it to stop: new requests are refused
+        self.is_failing = False  # a fatal error happened: the process is being stopped
         self._open: set[str] = set()  # requests received and not yet answered (events)
-        self._none_open = trio.Event()
-        self._drained = trio.Event()
+        self._none_open, self._drained = trio.Event(), trio.Event()
         self.bus.subscribe(self._track_open)
         self.detached: dict[str, Detached] = {}  # running background tasks, by request id
         self._nursery: trio.Nursery | None = None
@@ -168,6 +168,7 @@ class Engine:
     def _on_fatal(self) -> None:
         """A fatal error: the crash dump first (with --crash-dump-dir), then the process
         stops (`on_fatal`)."""
+        self.is_failing = True
         if self.crash_ring is not None:
             self.crash_ring.dump()
         self._stop_process()
@@ -226,6 +227,10 @@ class Engine:
                 nursery.start_soon(self._watchdog, device)
             try:
                 await self.models.run(device)  # until every model's actor stopped
+                if not self.is_draining and not self.is_failing:
+                    # Nothing asked it to stop: a server that serves nothing must not stay up.
+                    log.critical("engine_stopped_unexpectedly")
+                    self._on_fatal()
                 if self.is_draining:
                     await self._drained.wait()  # the failed requests' last events first
                 elif self._open:  # a fatal stop: the logger writes their ends too
@@ -288,5 +293,9 @@ class Engine:
         no regular file, such as a pipe or a device, cannot be read back)."""
         if not os.path.isfile(log_path):
             return
-        for envelope in read_log(log_path):
+
+        def skipped(number: int, reason: str) -> None:
+            log.warning("request_log_line_skipped", path=log_path, line=number, reason=reason)
+
+        for envelope in read_log(log_path, on_torn=skipped):
             self.responses.apply(envelope)

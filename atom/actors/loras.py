@@ -18,6 +18,7 @@ import trio
 from atom.actors.cores import EngineCore
 from atom.config import Settings
 from atom.errors import AtomError, InvalidRequest
+from atom.model.catalog import check_name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +83,10 @@ class Loras:
         load or fit the model."""
         if not self.is_enabled:
             raise InvalidRequest("LoRA adapters need the server started with --enable-lora")
+        try:
+            check_name(name)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="lora_name") from None
         if core.read_lora is None:
             raise InvalidRequest(f"the model `{core.name}` cannot apply LoRA adapters")
         if name in self.cards and not replace:
@@ -92,8 +97,11 @@ class Loras:
         try:
             with trio.CancelScope(shield=True):  # a load cannot be stopped half way
                 adapter = await trio.to_thread.run_sync(core.read_lora, name, path)
-        except (OSError, ValueError) as exc:
-            raise InvalidRequest(f"could not load the adapter: {exc}", param="lora_path") from None
+        except Exception as exc:  # any corrupt file: a bad safetensors, a JSON bomb
+            raise InvalidRequest(
+                f"could not load the adapter at {path}: {type(exc).__name__}: {exc}"[:2000],
+                param="lora_path",
+            ) from None
         await core.batcher.add_lora(adapter)
         card = LoraCard(
             name=name, path=adapter.path, base=core.name, rank=adapter.rank,

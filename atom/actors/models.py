@@ -25,7 +25,7 @@ from atom.actors.loras import LoraCard, Loras
 from atom.actors.model_actors import ActorParts, make_actor
 from atom.actors.pooler import Pooler
 from atom.actors.profiler import Phases
-from atom.config import Settings
+from atom.config import Settings, check_choice
 from atom.errors import (
     AtomError,
     Conflict,
@@ -51,12 +51,6 @@ KIND_NAMES = {
 UNLOAD_DRAIN_S = 30.0  # running requests of a model being unloaded may finish this long
 
 
-def check_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
-    """A setting that takes one of a few words: ValueError naming the flag otherwise."""
-    if value not in allowed:
-        raise ValueError(f"--{flag}: expected {' or '.join(allowed)}, got {value!r}")
-
-
 class Models:
     def __init__(
         self,
@@ -71,11 +65,9 @@ class Models:
         phases: Phases | None = None,
     ) -> None:
         self.settings = settings
-        self._phases = phases  # each Batcher's loop phases, for a profile
         self.specs = {spec.name: spec for spec in specs}  # served or loading, in order
         self.cores: dict[str, Core] = {}  # the loaded ones
         self._load = load
-        self._bus, self._clock, self._responses = bus, clock, responses
         self._on_fatal = on_fatal
         self._actors: dict[str, tuple[Batcher | Pooler, trio.CancelScope]] = {}
         self._last_used: dict[str, float] = {}
@@ -84,6 +76,7 @@ class Models:
         self._device: DeviceThread | None = None
         self.is_started = False  # every start-up model is loaded
         self._stop_reason: str | None = None
+        self._stopped = trio.Event()  # stop() was called: run() returns once actors end
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
         check_choice("scheduling-policy", settings.scheduling_policy, ("fcfs", "priority"))
@@ -154,6 +147,11 @@ class Models:
                     nursery.cancel_scope.cancel()
                     return
             self.is_started = True
+            # Open until stop(): a runtime load must find the nursery open even while an
+            # eviction (--models-max) leaves it with no actor for a moment.
+            await self._stopped.wait()
+            for _, actor_scope in list(self._actors.values()):
+                actor_scope.cancel()
 
     async def _start_loras(self, spec: ModelSpec) -> bool:
         """Serve the `--lora-modules` of a start-up model; False (fatal) when one fails."""
@@ -219,16 +217,20 @@ class Models:
             raise InvalidRequest(f"could not load {spec.source}: {exc}", param="model") from None
         limit = self.settings.models_max
         while limit is not None and len(self.cores) >= limit:
-            await self.unload(min(self.cores, key=lambda name: self._last_used.get(name, 0.0)))
+            oldest = min(self.cores, key=lambda name: self._last_used.get(name, 0.0))
+            await self.unload(oldest, is_eviction=True)
         await self._nursery.start(self._serve, spec, loaded)
         log.info("model_loaded_at_runtime", model=spec.name, kind=spec.kind.value)
         return self.cores[spec.name]
 
-    async def unload(self, name: str) -> ModelSpec:
+    async def unload(self, name: str, *, is_eviction: bool = False) -> ModelSpec:
         """Stop serving `name`: new requests get a 404 at once; running ones may finish
-        for UNLOAD_DRAIN_S seconds, then get an error."""
+        for UNLOAD_DRAIN_S seconds, then get an error. Conflict (409) for the last loaded
+        model or the last generation model, unless a load evicts it for its successor."""
         if name not in self.cores:
             raise ModelNotFound(f"the model `{name}` is not loaded", param="model")
+        if not is_eviction:
+            self._check_not_last(name)
         spec = self.specs.pop(name)
         self.loras.drop_base(name)
         self._sources.pop(name, None)  # a model loaded later under this name starts afresh
@@ -242,6 +244,15 @@ class Models:
         thaw_heap()
         log.info("model_unloaded", model=name)
         return spec
+
+    def _check_not_last(self, name: str) -> None:
+        """No unload leaves the server with no model, or no generation model."""
+        others = [other for other in self.cores if other != name]
+        if not others:
+            raise Conflict(f"`{name}` is the only model served; load another first")
+        generating = [o for o in others if self.specs[o].kind is ModelKind.GENERATE]
+        if self.specs[name].kind is ModelKind.GENERATE and not generating:
+            raise Conflict(f"`{name}` is the last generation model; load another first")
 
     def _load_with_draft(self, spec: ModelSpec) -> Loaded:
         """`spec` loaded (on the calling thread), with the draft model speculative decoding
@@ -339,8 +350,7 @@ class Models:
     def stop(self, reason: str) -> None:
         """Stop every model's actor; what they still run fails with `reason`."""
         self._stop_reason = reason
-        for _, scope in self._actors.values():
-            scope.cancel()
+        self._stopped.set()
 
     async def _serve(
         self, spec: ModelSpec, loaded: Loaded, *, task_status: trio.TaskStatus[None]
@@ -358,6 +368,8 @@ class Models:
                 log.critical("model_actor_died", model=spec.name, exc_info=True)
                 actor.fail_all(EngineFailed("the engine failed; the server is shutting down"))
                 self._on_fatal()
+                self._stop_reason = "the engine failed; the server is shutting down"
+                self._stopped.set()  # every other model stops too
             finally:
                 gone = self._stop_reason or f"the model `{spec.name}` is no longer served"
                 actor.fail_all(EngineFailed(gone))

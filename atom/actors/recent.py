@@ -41,6 +41,13 @@ class Recorded:
         return self.envelopes[0]
 
     @property
+    def owner(self) -> str | None:
+        """The key that made it (atom/tenant.py)."""
+        event = self.first.event
+        assert isinstance(event, RequestReceived | PoolingRequested)
+        return event.owner
+
+    @property
     def model(self) -> str:
         event = self.first.event
         assert isinstance(event, RequestReceived | PoolingRequested)
@@ -78,6 +85,7 @@ class RecentRequests:
         if not isinstance(event, RequestEvent):
             return
         if isinstance(event, RequestReceived | PoolingRequested):
+            self._keep_earlier(event.request_id)
             self._requests[event.request_id] = Recorded()
             while len(self._requests) > self._max_requests:
                 self._requests.popitem(last=False)
@@ -89,6 +97,13 @@ class RecentRequests:
         else:
             recorded.num_dropped += 1
         recorded.state = _ENDS.get(type(event), recorded.state)
+
+    def _keep_earlier(self, request_id: str) -> None:
+        """A client may reuse its `x-request-id` once the first request has ended: the
+        earlier one stays, under `<id>@<seq of its first event>`."""
+        earlier = self._requests.pop(request_id, None)
+        if earlier is not None:
+            self._requests[f"{request_id}@{earlier.first.seq}"] = earlier
 
     def newest_first(self) -> list[tuple[str, Recorded]]:
         return list(reversed(self._requests.items()))

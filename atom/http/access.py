@@ -2,23 +2,27 @@
 
 Keys (`--api-key`, repeatable, `--api-key-file`, `ATOM_API_KEY`) are compared in
 constant time with what the request sends as `Authorization: Bearer KEY` or
-`x-api-key: KEY` (Anthropic's header). `/health`, the web page (`/` and its files
-under `/webui/`, not its feeds under `/webui/api/`) and CORS preflights stay open;
-`/metrics` too unless `--protect-metrics`. CORS follows vLLM's flags and defaults
-(every origin, method and header allowed; no credentials).
+`x-api-key: KEY` (Anthropic's header). The key that matched is the request's `Tenant`
+(atom/tenant.py): what it stores is its own, and only `--admin-api-key` sees every key's.
+`/health`, the web page (`/` and its files under `/webui/`, not its feeds under
+`/webui/api/`) and CORS preflights stay open; `/metrics` too unless `--protect-metrics`.
+CORS follows vLLM's flags and defaults (every origin, method and header allowed; no
+credentials).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from atom.config import Settings
 from atom.http.asgi import ASGISend
+from atom.tenant import EVERYONE, NOBODY, Tenant, fingerprint
 
 Headers = list[tuple[bytes, bytes]]
+TENANT_KEY = "atom.tenant"  # where AtomApp leaves the request's Tenant in the ASGI scope
 
 
 def header(scope: MutableMapping[str, Any], name: bytes) -> bytes | None:
@@ -32,29 +36,45 @@ class Access:
         if settings.api_key_file:
             lines = Path(settings.api_key_file).read_text().splitlines()
             keys += [line.strip() for line in lines if line.strip()]
-        self._keys = tuple(key.encode() for key in keys)
+        admin_keys = list(settings.admin_api_key)
+        if any(not key.strip() for key in [*keys, *admin_keys]):
+            raise ValueError("--api-key / --admin-api-key: a key may not be empty or blank")
+        self._tenants = tuple(
+            (key.encode(), Tenant(owner=fingerprint(key.encode()), sees_all=is_admin))
+            for key, is_admin in [(k, False) for k in keys] + [(k, True) for k in admin_keys]
+        )
+        self._has_admin_keys = bool(admin_keys)
+        self._enable_admin_routes = settings.enable_admin_routes
         self._protect_metrics = settings.protect_metrics
         self._origins = settings.allowed_origins
         self._methods = settings.allowed_methods
         self._headers = settings.allowed_headers
         self._credentials = settings.allow_credentials
-        # Admin routes are open to key holders, or to anyone only when asked for.
-        self.has_admin = bool(self._keys) or settings.enable_admin_routes
 
     # --- API keys -------------------------------------------------------------------
-    def is_allowed(self, scope: MutableMapping[str, Any]) -> bool:
-        """Whether the request may proceed: no keys configured, an open route, or one
-        of the keys sent."""
-        path = scope["path"]
-        if not self._keys or path == "/health" or is_open_path(path) or is_preflight(scope):
-            return True
-        if path == "/metrics" and not self._protect_metrics:
-            return True
+    def tenant_of(self, scope: MutableMapping[str, Any]) -> Tenant | None:
+        """Who makes the request: EVERYONE on a server without keys, the tenant of the key
+        sent, NOBODY on an open route without one; None (a 401) otherwise."""
+        if not self._tenants:
+            return EVERYONE
         sent = _sent_key(scope)
-        matched = False
-        for key in self._keys:  # every key compared, so timing tells nothing
-            matched |= sent is not None and hmac.compare_digest(sent, key)
-        return matched
+        found = None
+        for key, tenant in self._tenants:  # every key compared, so timing tells nothing
+            if sent is not None and hmac.compare_digest(sent, key):
+                found = tenant
+        if found is not None:
+            return found
+        path = scope["path"]
+        if path == "/health" or is_open_path(path) or is_preflight(scope):
+            return NOBODY
+        return NOBODY if path == "/metrics" and not self._protect_metrics else None
+
+    def may_administer(self, tenant: Tenant) -> bool:
+        """Admin routes: the admin key where one is set, else any key, and on a server
+        without keys anyone only with `--enable-admin-routes`."""
+        if not self._tenants:
+            return self._enable_admin_routes
+        return tenant.sees_all if self._has_admin_keys else tenant.owner is not None
 
     # --- CORS -----------------------------------------------------------------------
     def origin_allowed(self, origin: bytes) -> bool:
@@ -101,6 +121,12 @@ class Access:
             await send(message)
 
         return sending
+
+
+def tenant_in(scope: Mapping[str, Any]) -> Tenant:
+    """The Tenant AtomApp admitted this request as (NOBODY if it did not)."""
+    tenant = scope.get(TENANT_KEY)
+    return tenant if isinstance(tenant, Tenant) else NOBODY
 
 
 def is_open_path(path: str) -> bool:

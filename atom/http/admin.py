@@ -76,7 +76,10 @@ def register(app: QuartTrio, engine: Engine) -> None:
     async def load_model() -> Response:
         body = parse(LoadModelRequest, await request_json())
         name = body.served_model_name or readable_name(body.model)
-        spec = ModelSpec(name=name, source=body.model, kind=kind_of(body.model))
+        try:
+            spec = ModelSpec(name=name, source=body.model, kind=kind_of(body.model))
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="served_model_name") from None
         await engine.models.load(spec)
         return _answer(spec, "loaded")
 

@@ -9,7 +9,7 @@ of every other HTTP request (atom/http/body.py's limits) before Quart sees it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from quart import Response, request
@@ -30,7 +30,7 @@ from atom.errors import (
     Unauthorized,
 )
 from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize, webui
-from atom.http.access import Access, is_preflight
+from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
@@ -45,10 +45,10 @@ from atom.model.catalog import ModelKind, ModelSpec
 class AtomApp:
     """ASGI entry point (`hypercorn -k trio atom.http:app`)."""
 
-    def __init__(self, quart: QuartTrio, engine: Engine) -> None:
+    def __init__(self, quart: QuartTrio, engine: Engine, access: Access) -> None:
         self.quart = quart
         self.engine = engine
-        self.access = Access(engine.settings)
+        self.access = access
 
     async def __call__(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
@@ -92,12 +92,13 @@ class AtomApp:
         await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
 
     def _admit(self, scope: MutableMapping[str, Any]) -> None:
-        """Who may make this request, and its own id: raises the refusal, else leaves the
-        validated `x-request-id` in the scope."""
-        if not self.access.is_allowed(scope):
+        """Who makes this request, and its own id: raises the refusal, else leaves its
+        Tenant and validated `x-request-id` in the scope. Admin routes are decided on the
+        route that serves them (`_admit_admin`), not on this path."""
+        tenant = self.access.tenant_of(scope)
+        if tenant is None:
             raise Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
-        if scope["path"] in ADMIN_PATHS and not self.access.has_admin:
-            raise Forbidden("admin routes need --api-key (or --enable-admin-routes)")
+        scope[TENANT_KEY] = tenant
         scope[SCOPE_KEY] = client_request_id(scope)
 
     async def _preflight(self, scope: MutableMapping[str, Any], send: ASGISend) -> None:
@@ -143,6 +144,7 @@ def create_app(
     SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
     check_parser_names(settings)
     MediaPolicy.of(settings)  # a bad --limit-mm-per-prompt fails the start-up
+    access = Access(settings)  # an empty key fails the start-up
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)
     quart.config["RESPONSE_TIMEOUT"] = None  # the 60 s default cuts long streams
@@ -154,6 +156,7 @@ def create_app(
     async def start_engine() -> None:
         await quart.nursery.start(engine.run)
 
+    quart.before_request(_admitting_admin(access, settings))
     quart.register_error_handler(AtomError, _atom_error)
     quart.register_error_handler(HTTPException, _http_error)
     info.register(quart, engine)
@@ -165,7 +168,25 @@ def create_app(
     openapi.register(quart, settings)
     if not settings.no_webui:
         webui.register(quart, engine)
-    return AtomApp(quart, engine)
+    return AtomApp(quart, engine, access)
+
+
+def _admitting_admin(access: Access, settings: Settings) -> Callable[[], Awaitable[None]]:
+    """Quart's before-request hook for admin routes, decided on the rule Quart matched:
+    `//sleep` or `/%2Fsleep`, which it routes to /sleep, are the admin route they reach."""
+
+    async def admit_admin() -> None:
+        rule = request.url_rule
+        if rule is None or rule.rule not in ADMIN_PATHS:
+            return
+        if not access.may_administer(tenant_in(request.scope)):
+            raise Forbidden(
+                "admin routes need the admin key (--admin-api-key)"
+                if settings.admin_api_key
+                else "admin routes need --api-key (or --enable-admin-routes)"
+            )
+
+    return admit_admin
 
 
 async def _atom_error(error: AtomError) -> Response:

@@ -22,6 +22,7 @@ from atom.config import Settings
 from atom.errors import AtomError
 from atom.events import RequestReceived, Submit
 from atom.http import chat, completions, messages, responses
+from atom.http.access import tenant_in
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend, open_responder
@@ -32,6 +33,7 @@ from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
 from atom.images import without_image_bytes
 from atom.plan import GENERATION_PATHS, Endpoint
+from atom.tenant import EVERYONE, Tenant
 from atom.wire import Output, dumps
 from atom.wire_responses import ResponsesBodyRenderer
 
@@ -51,8 +53,10 @@ async def serve_generation(
     endpoint = ROUTES[scope["path"]]
     try:
         # Templates, tokenization and grammar validation run off the event loop.
-        client_id = admitted_request_id(scope)
-        built = await trio.to_thread.run_sync(build_request, engine, endpoint, raw, client_id)
+        client_id, tenant = admitted_request_id(scope), tenant_in(scope)
+        built = await trio.to_thread.run_sync(
+            build_request, engine, endpoint, raw, client_id, tenant
+        )
         core, request = built
         engine.check_unique(request.received.request_id)  # no checkpoint until it is published
     except AtomError as error:
@@ -135,10 +139,18 @@ class Adapter(Generic[B]):
     plan: Callable[[Settings, EngineCore, B], Planned]
 
     def request(
-        self, engine: Engine, endpoint: Endpoint, payload: dict[str, Any], client_id: str | None
+        self,
+        engine: Engine,
+        endpoint: Endpoint,
+        payload: dict[str, Any],
+        caller: tuple[str | None, Tenant],
     ) -> tuple[EngineCore, GenerationRequest]:
+        """`caller`: the client's `x-request-id` (if sent) and the key's Tenant."""
         body = parse(self.schema, payload)
+        client_id, tenant = caller
         core = engine.generation(body.model, GENERATION_PATHS[endpoint])
+        if tenant is not EVERYONE:
+            core = replace(core, tenant=tenant)
         planned = self.plan(engine.settings, core, body)
         request_id = self.id_prefix + (client_id or uuid.uuid4().hex)
         received = RequestReceived(
@@ -148,6 +160,7 @@ class Adapter(Generic[B]):
             created=int(core.clock()),
             body=without_image_bytes(payload) if planned.images else payload,
             plan=planned.plan,
+            owner=tenant.owner,
         )
         submit = Submit(
             request_id=request_id,
@@ -172,8 +185,14 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
 
 
 def build_request(
-    engine: Engine, endpoint: Endpoint, raw: bytes, client_id: str | None = None
+    engine: Engine,
+    endpoint: Endpoint,
+    raw: bytes,
+    client_id: str | None = None,
+    tenant: Tenant = EVERYONE,
 ) -> tuple[EngineCore, GenerationRequest]:
     """Validate and plan one request for the model it names (its id from the client's
-    `x-request-id` when it sent one); raises AtomError with the right status."""
-    return ADAPTERS[endpoint].request(engine, endpoint, decode_json(raw), client_id)
+    `x-request-id` when it sent one), made by `tenant`; raises AtomError with the right
+    status."""
+    payload = decode_json(raw)
+    return ADAPTERS[endpoint].request(engine, endpoint, payload, (client_id, tenant))

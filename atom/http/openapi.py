@@ -155,7 +155,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     refs, defs = models_json_schema(
         [(model, "validation") for model in models], ref_template="#/components/schemas/{model}"
     )
-    has_keys = bool(settings.api_key or settings.api_key_file)
+    has_keys = bool(settings.api_key or settings.api_key_file or settings.admin_api_key)
     open_paths = OPEN_PATHS if settings.protect_metrics else OPEN_PATHS | {"/metrics"}
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:

@@ -18,6 +18,7 @@ from atom.actors.engine import Engine
 from atom.actors.pooling_request import run_pooling
 from atom.events import PoolingRequested
 from atom.http import pooling
+from atom.http.access import tenant_in
 from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.pooling_schemas import (
@@ -86,8 +87,8 @@ def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
         payload = await request_json()
         body = parse(route.schema, payload)
         core = engine.pooling(body.model, route.kinds, request.path)
-        client_id = admitted_request_id(request.scope)
-        received = await trio.to_thread.run_sync(_received, core, route, body, payload, client_id)
+        caller = (admitted_request_id(request.scope), tenant_in(request.scope).owner)
+        received = await trio.to_thread.run_sync(_received, core, route, body, payload, caller)
         engine.check_unique(received.request_id)  # no checkpoint until it is published
         output = await run_pooling(core, received)
         headers = {} if output.retry_after_s is None else {"retry-after": str(output.retry_after_s)}
@@ -103,9 +104,11 @@ def _received(
     route: PoolingRoute,
     body: _PoolingBody,
     payload: dict[str, Any],
-    client_id: str | None,
+    caller: tuple[str | None, str | None],
 ) -> PoolingRequested:
+    """`caller`: the client's `x-request-id` (if sent) and the key's fingerprint."""
     inputs, plan = route.plan(core, body)
+    client_id, owner = caller
     return PoolingRequested(
         request_id=route.id_prefix + (client_id or uuid.uuid4().hex),
         endpoint=route.endpoint,
@@ -114,4 +117,5 @@ def _received(
         inputs=inputs,
         plan=plan,
         body=payload,
+        owner=owner,
     )

@@ -65,11 +65,16 @@ def _earlier(core: EngineCore, previous_id: str | None) -> list[Item]:
     """The conversation `previous_response_id` continues, as input items."""
     if previous_id is None:
         return []
-    found = None if core.responses is None else core.responses.conversation(previous_id)
-    if found is None:
+    try:
+        if core.responses is None:
+            raise LookupError(previous_id)
+        found = core.responses.conversation(previous_id, core.tenant)
+    except LookupError:
         raise ResponseNotFound(
             f"Response with id {previous_id!r} not found.", param="previous_response_id"
-        )
+        ) from None
+    except ValueError as error:
+        raise InvalidRequest(str(error), param="previous_response_id") from None
     return _ITEMS.validate_python(found)
 
 

@@ -14,6 +14,7 @@ from quart_trio import QuartTrio
 from atom.actors.engine import Engine
 from atom.errors import InvalidRequest, ResponseNotFound
 from atom.events import ResponseDeleted
+from atom.http.access import tenant_in
 from atom.responses_store import StoredResponse
 from atom.wire import dumps
 
@@ -36,14 +37,15 @@ def register(app: QuartTrio, engine: Engine) -> None:
 
     @app.delete("/v1/responses/<response_id>")
     async def delete_response(response_id: str) -> Response:
-        if not engine.responses.has(response_id):
-            raise ResponseNotFound(f"Response with id {response_id!r} not found.")
+        _stored(engine, response_id)  # 404 for an unknown id or another key's
         engine.bus.publish(ResponseDeleted(request_id=response_id))  # logged: it stays deleted
         return _json({"id": response_id, "object": "response", "deleted": True})
 
 
 def _stored(engine: Engine, response_id: str) -> StoredResponse:
-    found = engine.responses.get(response_id)
+    """The response as this request's key may see it: ResponseNotFound (404) for an
+    unknown id and for another key's response alike."""
+    found = engine.responses.get(response_id, tenant_in(request.scope))
     if found is None:
         raise ResponseNotFound(f"Response with id {response_id!r} not found.")
     return found
@@ -52,9 +54,9 @@ def _stored(engine: Engine, response_id: str) -> StoredResponse:
 def _resumed(engine: Engine, response_id: str, starting_after: str) -> Response:
     """A running streamed background response's events after `starting_after` (a
     sequence number), then the rest as they come."""
+    _stored(engine, response_id)  # 404 for an unknown id or another key's
     running = engine.detached.get(response_id)
     if running is None or running.tap is None:
-        _stored(engine, response_id)  # 404 for an unknown id
         raise InvalidRequest(
             "only a running, streamed background response can be streamed again; "
             "GET it without stream",
@@ -88,6 +90,7 @@ def _items_page(stored: StoredResponse, response_id: str, order: str) -> dict[st
 async def _cancel(engine: Engine, response_id: str) -> dict[str, Any]:
     """Abort a running background response and give it back `cancelled`; one that
     already ended is given back as it is."""
+    _stored(engine, response_id)  # 404 for an unknown id or another key's
     running = engine.detached.get(response_id)
     if running is None:
         found = _stored(engine, response_id)

@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.actors.recent import Recorded
 from atom.errors import RouteNotFound
+from atom.http.access import tenant_in
 from atom.replay import project
 from atom.request_log import encode
 from atom.wire import dumps
@@ -70,14 +71,19 @@ def register(app: QuartTrio, engine: Engine) -> None:
     @app.get("/webui/api/requests")
     async def recent_requests() -> Response:
         recent = [] if engine.recent is None else engine.recent.newest_first()
-        data = [_summary(request_id, recorded) for request_id, recorded in recent]
+        tenant = tenant_in(request.scope)
+        data = [
+            _summary(request_id, recorded)
+            for request_id, recorded in recent
+            if tenant.may_see(recorded.owner)
+        ]
         body = {"request_log": engine.recent is not None, "data": data}
         return Response(dumps(body), content_type="application/json")
 
     @app.get("/webui/api/requests/<request_id>")
     async def recent_request(request_id: str) -> Response:
         recorded = None if engine.recent is None else engine.recent.get(request_id)
-        if recorded is None:
+        if recorded is None or not tenant_in(request.scope).may_see(recorded.owner):
             raise RouteNotFound(f"no recent request {request_id!r} (needs --request-log)")
         return Response(dumps(_details(request_id, recorded)), content_type="application/json")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -55,6 +56,14 @@ DEFAULT_GENERATION_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
 
+def check_name(name: str) -> str:
+    """A served name (a model's or an adapter's): ValueError when it is empty or holds a
+    control character (it is echoed in headers, logs and /metrics labels)."""
+    if not name or any(unicodedata.category(c) == "Cc" for c in name):
+        raise ValueError(f"a served name must be text without control characters: {name!r}")
+    return name
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """One served model: the name clients send, the `--model` value, what it does."""
@@ -62,6 +71,9 @@ class ModelSpec:
     name: str
     source: str  # a path, or the name of an embedded model
     kind: ModelKind
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
 
 
 def served_models(settings: Settings) -> tuple[ModelSpec, ...]:

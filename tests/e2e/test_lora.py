@@ -7,6 +7,7 @@ runtime while other requests stream; refusals in the API's shape; the request lo
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,11 +40,18 @@ def default_model_shapes() -> Any:
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapters")
     model = default_model_shapes()
-    return {
+    made = {
         "tuned": save_adapter(model, root / "tuned", rank=8, seed=1, std=0.15),
         "second": save_adapter(model, root / "second", rank=4, targets=("q_proj", "v_proj")),
         "too-big": save_adapter(model, root / "too-big", rank=32, targets=("q_proj",)),
     }
+    # Corrupt ones (each was a 500 with a traceback): weights that are no safetensors file,
+    # and a config nested 100,000 deep.
+    made["corrupt-weights"] = shutil.copytree(made["second"], root / "corrupt-weights")
+    (made["corrupt-weights"] / "adapter_model.safetensors").write_bytes(b"\xff" * 64)
+    made["deep-config"] = shutil.copytree(made["second"], root / "deep-config")
+    (made["deep-config"] / "adapter_config.json").write_text("[" * 100_000 + "]" * 100_000)
+    return made
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +153,8 @@ def test_an_adapter_in_use_is_not_unloaded(server: Server) -> None:
         ({"lora_name": "tuned", "lora_path": "tuned"}, 400, "already served"),
         ({"lora_name": "SmolLM2-135M-Instruct", "lora_path": "tuned"}, 409, "already served"),
         ({"lora_name": "x"}, 400, "lora_path"),
+        ({"lora_name": "c", "lora_path": "corrupt-weights"}, 400, "corrupt-weights"),
+        ({"lora_name": "d", "lora_path": "deep-config"}, 400, "deep-config"),
     ],
 )
 def test_adapters_that_cannot_be_served_are_refused(

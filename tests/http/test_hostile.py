@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from atom.config import Settings
@@ -20,40 +21,12 @@ from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
 from atom.request_log import read_log
 from tests.conftest import fake_loader, serving, wait_ready
+from tests.raw_http import host_port, raw_exchange
 
 MODEL = "SmolLM2-135M-Instruct"
 
 MSG = [{"role": "user", "content": "hi"}]
 SLOW_REPLY = "word " * 60
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    host, port = url.removeprefix("http://").split(":")
-    return host, int(port)
-
-
-async def _raw_exchange(
-    url: str, request: bytes, *, until_closed: bool = True, timeout_s: float = 30
-) -> bytes:
-    """Send `request` bytes on a fresh connection; what the server sends until it closes
-    the connection, or (`until_closed=False`) until a response with a Content-Length is
-    whole. Fails the test if that takes longer than `timeout_s`."""
-    stream = await trio.open_tcp_stream(*_host_port(url))
-    received = bytearray()
-    async with stream:
-        await stream.send_all(request)
-        with trio.fail_after(timeout_s):
-            while chunk := await stream.receive_some():
-                received += chunk
-                if not until_closed and _is_whole(bytes(received)):
-                    break
-    return bytes(received)
-
-
-def _is_whole(response: bytes) -> bool:
-    head, sep, body = response.partition(b"\r\n\r\n")
-    length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
-    return bool(sep) and length is not None and len(body) >= int(length.group(1))
 
 
 def _http10_post(path: str, body: dict[str, Any]) -> bytes:
@@ -75,10 +48,10 @@ async def test_http10_clients_get_a_whole_answer_and_a_closed_connection(tokeniz
     app = create_app(Settings(), load=fake_loader(tokenizer))
     async with serving(app) as url:
         await wait_ready(app)
-        plain = await _raw_exchange(url, _http10_post("/v1/chat/completions", {"messages": MSG}))
+        plain = await raw_exchange(url, _http10_post("/v1/chat/completions", {"messages": MSG}))
         stream_body = {"messages": MSG, "stream": True}
-        streamed = await _raw_exchange(url, _http10_post("/v1/chat/completions", stream_body))
-        refused = await _raw_exchange(url, _http10_post("/v1/chat/completions", {"n": "x"}))
+        streamed = await raw_exchange(url, _http10_post("/v1/chat/completions", stream_body))
+        refused = await raw_exchange(url, _http10_post("/v1/chat/completions", {"n": "x"}))
     head, body = plain.split(b"\r\n\r\n", 1)
     length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
     assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0]
@@ -104,7 +77,7 @@ async def test_a_body_that_stops_arriving_is_a_408_and_long_streams_are_not_cut(
         for path in ("/v1/chat/completions", "/tokenize"):
             head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
             cut = head.encode() + b'{"messages": '
-            replies[path] = await _raw_exchange(url, cut, until_closed=False)
+            replies[path] = await raw_exchange(url, cut, until_closed=False)
     assert stream_s > 1.0, "the stream must outlive the body timeout for this test to mean much"
     assert streamed.endswith(b"data: [DONE]\n\n")
     for path, reply in replies.items():
@@ -268,7 +241,7 @@ async def test_a_client_that_stops_reading_is_aborted_after_the_stall_timeout(
         await wait_ready(app)
         sock = trio.socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        await sock.connect(_host_port(url))
+        await sock.connect(host_port(url))
         async with trio.SocketStream(sock) as stalled:
             await stalled.send_all(request)  # and never reads
             with trio.fail_after(60):  # a deadline for a hang, not a bound on the time
@@ -304,3 +277,21 @@ async def test_a_request_log_on_a_full_disk_is_counted_and_the_server_keeps_serv
     assert answers[1].text.endswith("data: [DONE]\n\n")
     lost = re.search(r"^atom:request_log_failures_total (\d+)", metrics, re.MULTILINE)
     assert lost is not None and int(lost.group(1)) > 0
+
+
+async def test_a_served_name_cannot_forge_metric_series(tokenizer: Any) -> None:
+    """A name holding `"` went into /metrics raw: `x"} 1` ended its label and made a series
+    of its own. Label values are escaped now, and control characters refused."""
+    name = 'we"ird\\} 1\\n'  # a quote, backslashes, a brace: all legal in a name
+    app = create_app(Settings(served_model_name=(name,)), load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        await wait_ready(app)
+        await http.post("/v1/chat/completions", json={"model": name, "messages": MSG})
+        metrics = (await http.get("/metrics")).text
+    samples = [line for line in metrics.splitlines() if line and not line.startswith("#")]
+    escaped = 'model_name="we\\"ird\\\\} 1\\\\n"'
+    assert any(escaped in line for line in samples)
+    series = re.compile(r'[a-z0-9_:]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? \S+')
+    assert [line for line in samples if not series.fullmatch(line)] == []
+    with pytest.raises(ValueError, match="control characters"):
+        create_app(Settings(served_model_name=("a\nb",)), load=fake_loader(tokenizer))

@@ -214,3 +214,22 @@ async def test_bad_bodies_are_400s_naming_the_field(tokenizer: Any) -> None:
         assert answer.status_code == 400, (param, answer.text)
         assert answer.json()["error"]["param"] == param, answer.text
     assert served.status_code == 200
+
+
+async def test_bad_lines_in_the_log_are_skipped_at_start_up(tokenizer: Any, tmp_path: Path) -> None:
+    """A line `5` or an unknown event type stopped the server from starting (engine_died)."""
+    log_path = tmp_path / "log.jsonl"
+    settings = Settings(request_log=str(log_path))
+    first = create_app(settings, load=fake_loader(tokenizer))
+    async with serving(first) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(first)
+        made = (await http.post("/v1/responses", json={"input": "hi"})).json()
+    with log_path.open("a") as log:
+        log.write('5\n{"v":1,"seq":9,"at":0,"type":"no_such_event"}\n')
+    again = create_app(settings, load=fake_loader(tokenizer))
+    async with serving(again) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_ready(again)
+        kept = await http.get(f"/v1/responses/{made['id']}")
+        health = await http.get("/health")
+    assert health.status_code == 200
+    assert kept.status_code == 200 and kept.json()["output"] == made["output"]
