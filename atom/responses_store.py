@@ -112,11 +112,12 @@ class ResponsesStore:
         for an unknown id or another key's response."""
         if response_id in self._pending:
             renderer, received = self._pending[response_id]
+            if not tenant.may_see(received.owner):
+                return None  # checked before the snapshot is rendered
             assert received.plan is not None
             items = received.plan.shape.input_items
             response = renderer.snapshot("in_progress")
-            running = StoredResponse(response=response, input_items=items, owner=received.owner)
-            return running if tenant.may_see(received.owner) else None
+            return StoredResponse(response=response, input_items=items, owner=received.owner)
         stored = self._done.get(response_id)
         if stored is None or not tenant.may_see(stored.owner):
             return None

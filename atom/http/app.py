@@ -94,7 +94,7 @@ class AtomApp:
     def _admit(self, scope: MutableMapping[str, Any]) -> None:
         """Who makes this request, and its own id: raises the refusal, else leaves its
         Tenant and validated `x-request-id` in the scope. Admin routes are decided on the
-        route that serves them (`_admit_admin`), not on this path."""
+        route that serves them (`_admitting_admin`), not on this path."""
         tenant = self.access.tenant_of(scope)
         if tenant is None:
             raise Unauthorized("a valid API key is required (Authorization: Bearer KEY)")
