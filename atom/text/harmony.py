@@ -83,8 +83,12 @@ def _message(
 
 @dataclass(frozen=True, slots=True)
 class HarmonyReasoning:
-    """Analysis bodies are reasoning; every other message passes on, whole, as content
-    for the tool format (which takes the headers off)."""
+    """Analysis bodies are reasoning; the content is every other message's body, as
+    vLLM gives with `--reasoning-parser openai` alone. `feeds_tools`: the harmony tool
+    format reads the content next, so those messages pass on whole (it reads the
+    recipients and takes the headers off)."""
+
+    feeds_tools: bool = False
 
     @property
     def start_marker(self) -> str:
@@ -97,7 +101,8 @@ class HarmonyReasoning:
     def scan(self, text: str, *, is_final: bool) -> ReasoningScan:
         found, rest = messages(text, is_final=is_final)
         reasoning = "".join(m.body for m in found if m.channel == "analysis")
-        content = "".join(m.raw for m in found if m.channel != "analysis") + rest
+        others = [m for m in found if m.channel != "analysis"]
+        content = "".join(m.raw if self.feeds_tools else m.body for m in others) + rest
         return ReasoningScan(reasoning=reasoning, content=content)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from atom.plan import TextPlan
 from atom.text.harmony import HarmonyReasoning, HarmonyTools
 from atom.text.reasoning.base import Granite, ReasoningFormat, ThinkTags
-from atom.text.tools.base import ToolFormat, limited
+from atom.text.tools.base import Limited, ToolFormat, limited
 from atom.text.tools.forced import CallList, NamedCall
 from atom.text.tools.json_calls import Hermes, Llama3Json, Mistral, Prefixed
 from atom.text.tools.pythonic import Pythonic
@@ -101,4 +101,11 @@ def plan_formats(text: TextPlan) -> tuple[ToolFormat | None, ReasoningFormat | N
         reasoning = reasoning_format(
             text.reasoning_parser, text.template_kwargs, starts_open=text.reasoning_starts_open
         )
+    if isinstance(reasoning, HarmonyReasoning) and _reads_harmony(fmt):
+        reasoning = HarmonyReasoning(feeds_tools=True)
     return fmt, reasoning
+
+
+def _reads_harmony(fmt: ToolFormat | None) -> bool:
+    inner = fmt.inner if isinstance(fmt, Limited) else fmt
+    return isinstance(inner, HarmonyTools)

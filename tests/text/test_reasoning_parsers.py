@@ -5,8 +5,10 @@ from typing import Any
 import pytest
 
 from atom.http.adapter import reasoning_opened
-from atom.text.parsers import opens_reasoning, reasoning_format
+from atom.plan import TextPlan, ToolPlan
+from atom.text.parsers import opens_reasoning, plan_formats, reasoning_format
 from atom.text.reasoning.base import ReasoningScan, ReasoningStream, parse_reasoning
+from atom.text.tools.base import parse
 
 CASES = [
     ("deepseek_r1", "<think>Let me think.</think>\n\nParis.", "Let me think.", "\n\nParis."),
@@ -19,9 +21,8 @@ CASES = [
     ("granite", "Just an answer.", "", "Just an answer."),
     ("granite", "Here's my thought process: a Here's my response: b", " a ", " b"),
     ("openai", "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final"
-     "<|message|>Hi", "think", "<|start|>assistant<|channel|>final<|message|>Hi"),
-    ("gpt_oss", "<|channel|>final<|message|>no reasoning", "",
-     "<|channel|>final<|message|>no reasoning"),
+     "<|message|>Hi", "think", "Hi"),  # the reasoning parser alone: bodies are the content
+    ("gpt_oss", "<|channel|>final<|message|>no reasoning", "", "no reasoning"),
 ]  # fmt: skip
 
 
@@ -60,8 +61,51 @@ def test_a_prompt_that_opened_the_block_starts_the_output_in_the_reasoning(name:
     text = "The user wants a city.\n</think>\n\nParis."
     opened = every_split_agrees(name, text, starts_open=True)
     assert opened == ReasoningScan(reasoning="The user wants a city.\n", content="\n\nParis.")
-    closed = every_split_agrees(name, text)  # the same words after a prompt that opened nothing
-    assert closed == ReasoningScan(reasoning="", content=text)
+    unopened = every_split_agrees(name, text)  # a prompt that opened nothing: the lone
+    assert unopened == opened  # `</think>` still ends a reasoning section (vLLM, SGLang)
+    bare = "The user wants a city. Paris."
+    assert every_split_agrees(name, bare) == ReasoningScan(reasoning="", content=bare)
+    assert every_split_agrees(name, bare, starts_open=True).reasoning == bare
+
+
+@pytest.mark.parametrize("name", ["deepseek_r1", "qwen3"])
+def test_unmarked_text_waits_until_a_close_tag_or_the_end_decides(name: str) -> None:
+    stream = ReasoningStream(reasoning_format(name))
+    assert stream.feed("Thinking it over") == ("", "")
+    assert stream.feed(" still") == ("", "")
+    assert stream.feed("</think>Paris") == ("Thinking it over still", "Paris")
+    assert stream.feed(" it is.") == ("", " it is.")
+
+
+def reasoning_then_tools(
+    reasoning_parser: str, tool_parser: str | None, text: str
+) -> tuple[str, str, list[str]]:
+    """A whole output through the parsers a request plans: reasoning, content, call names."""
+    tools = ToolPlan(parser=tool_parser, max_calls=1) if tool_parser else None
+    tool_fmt, reasoning_fmt = plan_formats(TextPlan(tools=tools, reasoning_parser=reasoning_parser))
+    assert reasoning_fmt is not None
+    split = parse_reasoning(reasoning_fmt, text)
+    if tool_fmt is None:
+        return split.reasoning, split.content, []
+    parsed = parse(tool_fmt, split.content)
+    return split.reasoning, parsed.content, [c.name for c in parsed.calls]
+
+
+def test_a_lone_close_tag_ends_the_reasoning_before_the_tool_parser_reads_the_rest() -> None:
+    text = 'Weather needed.</think><tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert reasoning_then_tools("qwen3", "hermes", text) == ("Weather needed.", "", ["f"])
+
+
+HARMONY = (
+    "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary"
+    "<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.f"
+    '<|message|>{"a": 1}'
+)
+
+
+def test_harmony_reasoning_gives_bodies_alone_and_whole_messages_to_its_tool_parser() -> None:
+    assert reasoning_then_tools("openai", None, HARMONY) == ("Need it.", 'Checking.{"a": 1}', [])
+    assert reasoning_then_tools("openai", "openai", HARMONY) == ("Need it.", "Checking.", ["f"])
 
 
 @pytest.mark.parametrize(

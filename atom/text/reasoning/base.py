@@ -55,10 +55,13 @@ class ThinkTags:
 
     `starts_open`: the rendered prompt ends inside an open `<think>` (templates that
     write it themselves: DeepSeek-R1, Qwen3-Thinking-2507), so the output starts in
-    the reasoning and holds only `</think>`; otherwise it is reasoning only when it
-    starts with `<think>`. An unterminated block is all reasoning. `enabled=False`
-    (thinking switched off in the template kwargs): everything is content, but for an
-    empty `<think></think>` block the model may still write first."""
+    the reasoning and holds only `</think>`. Otherwise the output is reasoning when it
+    starts with `<think>`, and text before a lone `</think>` is reasoning too (as vLLM
+    and SGLang split); output with no marker at all is content. Such output cannot be
+    told from reasoning until a `</think>` or the end comes, so its text waits: the
+    stream and the whole answer agree. An unterminated block is all reasoning.
+    `enabled=False` (thinking switched off in the template kwargs): everything is
+    content, but for an empty `<think></think>` block the model may still write first."""
 
     enabled: bool = True
     starts_open: bool = False
@@ -80,8 +83,11 @@ class ThinkTags:
             return split_at(text, 0, (self.close,), is_final=is_final)
         if text.startswith(self.open):
             return split_at(text, len(self.open), (self.close,), is_final=is_final)
-        if self.open.startswith(text) and not is_final:
-            return ReasoningScan(reasoning="", content="")  # may still become the tag
+        end = text.find(self.close)
+        if end >= 0:  # a lone close tag: what came before it was reasoning
+            return ReasoningScan(reasoning=text[:end], content=text[end + len(self.close) :])
+        if not is_final:
+            return ReasoningScan(reasoning="", content="")  # a close tag may still come
         return ReasoningScan(reasoning="", content=text)
 
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from atom.text.scanning import held_back
 
@@ -229,12 +229,12 @@ class ToolStream:
 
 def limited(fmt: ToolFormat, max_calls: int) -> ToolFormat:
     """`parallel_tool_calls: false`: keep at most `max_calls` calls (later ones are dropped)."""
-    return _Limited(fmt, max_calls)
+    return Limited(fmt, max_calls)
 
 
 @dataclass(frozen=True, slots=True)
-class _Limited:
-    inner: Any
+class Limited:
+    inner: ToolFormat
     max_calls: int
 
     def scan(self, text: str, *, is_final: bool) -> Scan:

@@ -1,6 +1,6 @@
 """Formats whose calls are JSON objects `{"name": ..., "arguments": {...}}`: hermes/qwen
 (`<tool_call>…</tool_call>`), granite (`<|tool_call|>[…]`), mistral (`[TOOL_CALLS] […]`
-and `[TOOL_CALLS]name[ARGS]{…}`) and llama3_json (optional `<|python_tag|>`, calls
+and `[TOOL_CALLS]name[ARGS]{…}`) and llama3_json (optional `<|python_tag|>` after content, calls
 separated by `;`, `parameters` for arguments)."""
 
 from __future__ import annotations
@@ -203,21 +203,32 @@ class Mistral:
 
 @dataclass(frozen=True, slots=True)
 class Llama3Json:
-    """The whole output is calls: optional `<|python_tag|>`, `{"name", "parameters"}`, `;`."""
+    """Calls `{"name", "parameters"}` separated by `;`: the whole output, or after
+    `<|python_tag|>` with content before it (models write some, whatever the template
+    says; SGLang keeps it too)."""
 
     tag: str = "<|python_tag|>"
 
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        start = skip_space(text, 0)
-        if text.startswith(self.tag, start):
-            start = skip_space(text, start + len(self.tag))
-        elif not is_final and self.tag.startswith(text[start:]):
-            return Scan(content="")  # could still become the tag
+        lead = text.find(self.tag)
+        if lead < 0:
+            start = skip_space(text, 0)
+            if start < len(text) and text[start] == "{":
+                return self._calls(text, "", start, is_final=is_final)
+            keep = 0 if is_final else held_back(text, [self.tag])
+            return Scan(content=beside_calls(text[: len(text) - keep], (), is_final=is_final))
+        start = skip_space(text, lead + len(self.tag))
         if start >= len(text):
-            return Scan(content=text if is_final else "")
+            return Scan(content=text if is_final else beside_calls(text[:lead], (), is_final=False))
         if text[start] != "{":
             return Scan(content=text)
+        return self._calls(text, text[:lead], start, is_final=is_final)
+
+    def _calls(self, text: str, before: str, start: int, *, is_final: bool) -> Scan:
+        """The `;`-separated calls from `start`, `before` them the content; the whole
+        text is content when they are no calls."""
         calls, ok = scan_call_list(text, start, is_final=is_final, separator=";")
         if calls or (ok and not is_final):
-            return strict(Scan(content="", calls=tuple(calls)), text, is_final=is_final)
+            content = beside_calls(before, tuple(calls), is_final=is_final)
+            return strict(Scan(content=content, calls=tuple(calls)), text, is_final=is_final)
         return Scan(content=text)

@@ -1,6 +1,6 @@
-"""pythonic / llama4_pythonic: the output is a Python list of calls, `[f(a=1), g(b="x")]`,
-optionally inside `<|python_start|>…<|python_end|>`. Arguments are Python literals
-(negative numbers included) converted to JSON when the list closes."""
+"""pythonic / llama4_pythonic: the output ends in a Python list of calls, `[f(a=1),
+g(b="x")]`, optionally inside `<|python_start|>…<|python_end|>`, after any content. Arguments are
+Python literals (negative numbers included) converted to JSON when the list closes."""
 
 from __future__ import annotations
 
@@ -8,32 +8,56 @@ import ast
 import json
 from dataclasses import dataclass
 
-from atom.text.scanning import skip_space
-from atom.text.tools.base import PartialCall, Scan
+from atom.text.scanning import held_back, skip_space
+from atom.text.tools.base import PartialCall, Scan, beside_calls
 
 START, END = "<|python_start|>", "<|python_end|>"
 
 
 @dataclass(frozen=True, slots=True)
 class Pythonic:
+    """The call list ends the output; text before it is content (SGLang keeps it, and
+    models write it). A `[` that opens no call list, or one that more text follows,
+    is content too."""
+
     def scan(self, text: str, *, is_final: bool) -> Scan:
-        i = skip_space(text, 0)
-        if text.startswith(START, i):
-            i = skip_space(text, i + len(START))
-        elif not is_final and START.startswith(text[i:]) and text[i:]:
-            return Scan(content="")
-        if i >= len(text):
-            return Scan(content=text if is_final else "")
-        if text[i] != "[":
-            return Scan(content=text)
-        end = _list_end(text, i)
-        if end is None:
-            return Scan(content=text if is_final else "")
-        calls = _calls(text[i:end])
-        rest = text[end:].replace(END, "", 1).strip()
-        if calls is None or rest:
-            return Scan(content=text) if is_final or calls is None else Scan(content="")
-        return Scan(content="", calls=calls)
+        pos = 0
+        while True:
+            lead, start = _next_list(text, pos)
+            if lead < 0:
+                keep = 0 if is_final else held_back(text, [START])
+                return Scan(content=beside_calls(text[: len(text) - keep], (), is_final=is_final))
+            end = _list_end(text, start) if start < len(text) else None
+            if end is None:  # the list (or the text after the start marker) is unfinished
+                return Scan(
+                    content=text if is_final else beside_calls(text[:lead], (), is_final=False)
+                )
+            calls = _calls(text[start:end])
+            if calls is not None and _ends_output(text[end:], is_final=is_final):
+                if not is_final:  # text may still follow: the calls wait (scans stay monotone)
+                    return Scan(content=beside_calls(text[:lead], (), is_final=False))
+                return Scan(content=beside_calls(text[:lead], calls, is_final=True), calls=calls)
+            pos = end
+
+
+def _ends_output(rest: str, *, is_final: bool) -> bool:
+    """Whether a call list followed by `rest` ends the output: only whitespace and an
+    end marker (or, while more may come, the start of one) follow it."""
+    rest = rest.replace(END, "", 1)
+    return not rest[: len(rest) - (0 if is_final else held_back(rest, [END]))].strip()
+
+
+def _next_list(text: str, pos: int) -> tuple[int, int]:
+    """Where the next possible call list at or after `pos` begins (its `<|python_start|>`
+    or its `[`; -1 when there is none) and where its `[` is (len(text) while unknown)."""
+    while True:
+        bracket, marker = text.find("[", pos), text.find(START, pos)
+        if marker < 0 or 0 <= bracket < marker:
+            return bracket, bracket
+        start = skip_space(text, marker + len(START))
+        if start == len(text) or text[start] == "[":
+            return marker, start
+        pos = start  # a start marker before no list is text
 
 
 def _list_end(text: str, start: int) -> int | None:
