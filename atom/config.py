@@ -151,7 +151,7 @@ HELP = {
     "allowed_media_domains": "hosts http(s) image URLs may be fetched from, a JSON list or "
     'comma-separated; ["*"] allows any (default: refused)',
     "limit_mm_per_prompt": 'images one prompt may hold, vLLM\'s JSON: {"image": 4} (default 8)',
-    "media_fetch_timeout": "seconds an http(s) image fetch may take",
+    "media_fetch_timeout": "seconds a request's http(s) images may take to fetch, all told",
     "max_media_bytes": "largest image file accepted, in bytes",
     "max_image_pixels": "largest image accepted, width x height",
     "max_queued_requests": "requests that may wait for admission; then a 429",
@@ -186,7 +186,8 @@ HELP = {
     "no_webui": "serve no web page at / (the chat, engine and request views)",
     "crash_dump_dir": "on a fatal error, write the last 5 minutes of events here as a "
     "request log (atom replay reads it); kept in memory meanwhile (default: off)",
-    "cache_dir": "where dequantized GGUF copies and built kernels are kept",
+    "cache_dir": "where dequantized GGUF copies are kept (and built kernels, where the "
+    "installation is read-only)",
     "device": "torch device (default: cuda if available, else cpu)",
     "dtype": "weight dtype (default: bfloat16 on CUDA, float32 on CPU)",
     "num_threads": "torch intra-op threads (default: torch's)",

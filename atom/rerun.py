@@ -4,9 +4,10 @@ compare its answers with the recorded ones (`atom replay LOG --rerun URL`).
 The recorded side is a fold of the log's events, each choice's text, reasoning, tool
 calls and finish reason; the live side is the same read from a whole-body answer (each
 request is re-sent with `stream: false`). Greedy requests must agree exactly; sampled
-ones by shape: finish reasons, tool-call names, and JSON where the request asked for JSON.
-Chat and completions are compared choice by choice; Messages and Responses requests by
-status only.
+ones with a seed by shape: finish reasons, tool-call names, and JSON where the request
+asked for JSON. Sampled ones without a seed are not comparable beyond the status (the
+re-sent body leaves the server to draw another seed). Chat and completions are compared
+choice by choice; Messages and Responses requests by status only.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Recorded:
     at: float
     status: int
     is_greedy: bool
+    is_seeded: bool  # the body (which the rerun re-sends) pins the seed
     wants_json: bool  # structured output: the answer must parse as JSON
     by_choice: bool  # compared choice by choice (else by status)
     choices: tuple[Choice, ...] = ()
@@ -64,8 +66,12 @@ class Recorded:
 class Verdict:
     request_id: str
     agreed: bool
-    compared: str  # "greedy", "shape" or "status"
+    compared: str  # "greedy", "shape", "status" or "unseeded"
     divergence: str | None = None  # where the answers first differ
+    comparable: bool = True  # false: sampled without a seed, so no answer can agree
+
+
+NOT_COMPARABLE = "not comparable (sampled without a seed)"
 
 
 def recorded_requests(envelopes: Iterable[Envelope]) -> list[Recorded]:
@@ -123,6 +129,7 @@ def _recorded(
         at=at,
         status=status,
         is_greedy=plan.params.is_greedy,
+        is_seeded=received.body.get("seed") is not None,
         wants_json=_wants_json(received.body),
         by_choice=received.endpoint in BY_CHOICE and comparable,
         choices=tuple(_choice(choices[i]) for i in sorted(choices)),
@@ -179,6 +186,10 @@ def compare(recorded: Recorded, status: int, answer: Any) -> Verdict:
     if len(live) != len(recorded.choices):
         count = f"{len(recorded.choices)} → {len(live)} choices"
         return replace(verdict, agreed=False, divergence=count)
+    if not (recorded.is_greedy or recorded.is_seeded):
+        return replace(
+            verdict, agreed=False, comparable=False, compared="unseeded", divergence=NOT_COMPARABLE
+        )
     how = "greedy" if recorded.is_greedy else "shape"
     for idx, (was, now) in enumerate(zip(recorded.choices, live, strict=True)):
         divergence = _diverges(was, now, is_greedy=recorded.is_greedy, json=recorded.wants_json)
@@ -261,16 +272,19 @@ class Rerun:
 
 
 def summarize(verdicts: list[Verdict]) -> dict[str, Any]:
-    """How many requests agreed, in all and by how they were compared."""
+    """How many comparable requests agreed, in all and by how they were compared, and
+    how many were not comparable (the agreement share leaves those out)."""
     by: dict[str, list[int]] = {}
-    for verdict in verdicts:
+    comparable = [v for v in verdicts if v.comparable]
+    for verdict in comparable:
         counts = by.setdefault(verdict.compared, [0, 0])
         counts[0] += verdict.agreed
         counts[1] += 1
-    num_agreed = sum(v.agreed for v in verdicts)
+    num_agreed = sum(v.agreed for v in comparable)
     return {
         "requests": len(verdicts),
         "agreed": num_agreed,
-        "agreement": num_agreed / len(verdicts) if verdicts else 1.0,
+        "not_comparable": len(verdicts) - len(comparable),
+        "agreement": num_agreed / len(comparable) if comparable else 1.0,
         "by": {how: {"agreed": a, "requests": n} for how, (a, n) in sorted(by.items())},
     }

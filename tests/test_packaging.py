@@ -1,5 +1,6 @@
-"""A wheel built from the tree (no network) holds every file the kernel build reads and
-every file of the web page, its vendored libraries included."""
+"""A wheel built from the tree (no network) holds every file the kernel build reads
+(found from the sources' `#include` lines) and every file of the web page, its vendored
+libraries included."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from atom.http.webui import PAGE_DIR, VENDOR_DIR
-from atom.model.forward.kernels import CSRC, SOURCES
+from atom.model.forward.kernels import CSRC, build_inputs
 
 ROOT = Path(__file__).parent.parent
 
@@ -26,7 +27,8 @@ def test_the_wheel_carries_the_kernel_sources_and_the_web_page(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = tmp_path.glob("atom-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    needed = [*SOURCES, *CSRC.glob("*.h")]
+    needed = build_inputs()  # the sources and every file their #include lines name
+    assert CSRC / "loops.inc" in needed  # (the wheel once lacked it)
     missing = [p.name for p in needed if f"atom/model/forward/csrc/{p.name}" not in names]
     assert not missing, f"the wheel lacks {missing}"
     page = [p for p in PAGE_DIR.rglob("*") if p.is_file() and p.name != ".installed"]

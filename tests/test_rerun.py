@@ -1,6 +1,7 @@
 """`atom replay LOG --rerun URL`: the recorded requests re-sent to a live server, greedy
-answers compared exactly and sampled ones by shape, with a non-zero exit below
---min-agreement. Servers with FakeRunner models, recorded in this test."""
+answers compared exactly, seeded sampled ones by shape and unseeded ones not at all,
+with a non-zero exit below --min-agreement. Servers with FakeRunner models, recorded in
+this test."""
 
 from __future__ import annotations
 
@@ -60,18 +61,22 @@ def test_the_same_server_agrees_and_another_one_does_not(
     )
     other, other_lines = rerun(tokenizer, log_path, "Something else entirely.", capsys)
     assert same == 0
-    assert same_lines == [same_lines[-1]]  # no disagreement line
-    summary = same_lines[-1]
+    *unseeded, summary = same_lines  # the completions sampled without a seed
+    assert [(u["compared"], u["divergence"]) for u in unseeded] == [
+        ("unseeded", "not comparable (sampled without a seed)")
+    ]
     assert summary["requests"] == len(MIX) and summary["agreement"] == 1.0
+    assert summary["not_comparable"] == 1
     assert summary["by"] == {
         "greedy": {"agreed": 4, "requests": 4},
-        "shape": {"agreed": 2, "requests": 2},
+        "shape": {"agreed": 1, "requests": 1},
         "status": {"agreed": 1, "requests": 1},
     }
     assert other == 1
     *disagreed, other_summary = other_lines
-    assert other_summary["agreed"] == 3  # sampled by shape, the Messages status
-    assert {d["compared"] for d in disagreed} == {"greedy"}
+    assert other_summary["agreed"] == 2  # the seeded one by shape, the Messages status
+    assert {d["compared"] for d in disagreed} == {"greedy", "unseeded"}
+    disagreed = [d for d in disagreed if d["comparable"]]
     assert all("text differs at character 0" in d["divergence"] for d in disagreed)
 
 
@@ -83,6 +88,7 @@ def _recorded(**choice: Any) -> Recorded:
         at=0.0,
         status=200,
         is_greedy=False,
+        is_seeded=True,
         wants_json=True,
         by_choice=True,
         choices=(Choice(**choice),),

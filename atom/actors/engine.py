@@ -73,6 +73,7 @@ def terminate_process(grace_s: float = 1.0) -> None:
 
 
 GENERATION = frozenset({ModelKind.GENERATE})
+SAME_STOP_S = 1.0  # a signal this soon after the one that began the drain repeats it
 
 
 class Engine:
@@ -259,15 +260,24 @@ class Engine:
                 return
 
     async def _drain_on_signal(self, nursery: trio.Nursery) -> None:
-        """The first SIGTERM or SIGINT drains the server; a second ends it at once."""
+        """The first SIGTERM or SIGINT drains the server; a second ends it at once,
+        unless it comes within `SAME_STOP_S` of the first: then it is the same stop asked
+        twice (Ctrl-C reaches the whole process group, and `make` or a supervisor may
+        forward its own copy)."""
+        first_at: float | None = None  # when the signal that began the drain came
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
-                if self.is_draining:
-                    log.warning("second_signal_exit_now", signal=signal.Signals(signum).name)
+                name = signal.Signals(signum).name
+                if first_at is not None and trio.current_time() - first_at < SAME_STOP_S:
+                    log.info("repeated_signal_same_drain", signal=name)
+                    continue
+                if first_at is not None or self.is_draining:
+                    log.warning("second_signal_exit_now", signal=name)
                     os._exit(1)
+                first_at = trio.current_time()
                 log.warning(
                     "draining",
-                    signal=signal.Signals(signum).name,
+                    signal=name,
                     open_requests=len(self._open),
                     shutdown_timeout_s=self.settings.shutdown_timeout,
                 )

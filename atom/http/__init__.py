@@ -46,6 +46,7 @@ def _from_env() -> Any:
     for name in unknown_env():
         log.warning("unknown_setting_ignored", variable=name)
     if multiprocessing.parent_process() is not None:
+        _check_graceful_timeout(settings.shutdown_timeout)
         # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.
         log.warning(
             "served_from_a_worker_process",
@@ -55,6 +56,31 @@ def _from_env() -> Any:
     from atom.actors.engine import exit_drained
 
     return create_app(settings, on_drained=exit_drained)
+
+
+def _check_graceful_timeout(shutdown_timeout: float) -> None:
+    """In a hypercorn worker, open streams live for hypercorn's graceful timeout after
+    a SIGTERM, not ATOM's `--shutdown-timeout`: a shorter one is worth a warning."""
+    import sys
+
+    import structlog
+
+    from atom.http.worker import graceful_timeout
+
+    try:
+        graceful = graceful_timeout(sys.argv)
+    except Exception as error:  # an unreadable config file: hypercorn itself reads it
+        structlog.get_logger(__name__).warning("hypercorn_config_unreadable", error=str(error))
+        return
+    if graceful is not None and graceful < shutdown_timeout:
+        enough = max(60, shutdown_timeout + 5)
+        structlog.get_logger(__name__).warning(
+            "graceful_timeout_below_shutdown_timeout",
+            graceful_timeout_s=graceful,
+            shutdown_timeout_s=shutdown_timeout,
+            advice=f"hypercorn cuts open streams {graceful:g} s after SIGTERM; serve with "
+            f"`hypercorn -k trio --graceful-timeout {enough:g} atom.http:app`",
+        )
 
 
 app = ServedApp()

@@ -28,6 +28,7 @@ from atom.http.anthropic_schemas import MessagesRequest
 from atom.http.asgi import AsgiResponder, ASGISend, open_responder
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
+from atom.http.fetch import plan_off_loop
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
@@ -54,8 +55,8 @@ async def serve_generation(
     try:
         # Templates, tokenization and grammar validation run off the event loop.
         client_id, tenant = admitted_request_id(scope), tenant_in(scope)
-        built = await trio.to_thread.run_sync(
-            build_request, engine, endpoint, raw, client_id, tenant
+        built = await plan_off_loop(
+            engine.settings, build_request, engine, endpoint, raw, client_id, tenant
         )
         core, request = built
         engine.check_unique(request.received.request_id)  # no checkpoint until it is published

@@ -13,7 +13,7 @@ from typing import Any
 
 from atom.actors.cores import EngineCore
 from atom.errors import InvalidRequest
-from atom.http.media import MediaPolicy, load_image
+from atom.http.media import FetchFirst, MediaPolicy, load_image, web_images_to_fetch
 from atom.images import PromptImage
 from atom.model.vision.prompter import ImagePrompter, ImageRefused
 from atom.text.prompt import TemplateControls, render_chat
@@ -41,6 +41,9 @@ def image_prompt(
     each of `sources` goes. 400s name the field: a text-only model, too many images, an
     image the policy refuses or that does not decode, a template that drops images."""
     prompter = _prompter(core, policy, sources)
+    to_fetch = web_images_to_fetch([(s.url, s.param) for s in sources], policy)
+    if to_fetch:  # before anything is read or rendered: atom/http/fetch.py
+        raise FetchFirst(to_fetch)
     loaded = [load_image(source.url, source.param, policy) for source in sources]
     if controls.chat_template is None and prompter.chat_template:
         controls = dataclasses.replace(controls, chat_template=prompter.chat_template)

@@ -3,9 +3,12 @@ the server's media policy, decoded to RGB. Runs in the request's planning thread
 the event loop). Every refusal is a 400 naming the request field that held the image.
 
 - `data:image/png|jpeg|webp|gif;base64,...`: always accepted (a GIF gives its first frame);
-- `file://` paths only under `--allowed-local-media-path`;
-- `http(s)://` only from a host `--allowed-media-domains` lists (`*`: any), fetched with
-  `--media-fetch-timeout` and at most `--max-media-bytes`, no redirects followed.
+- `file://` paths only under `--allowed-local-media-path`, regular files only (a FIFO
+  or a device there is refused, never waited on);
+- `http(s)://` only from a host `--allowed-media-domains` lists (`*`: any). The thread
+  does not fetch them: it asks for them (`FetchFirst`) and reads them from `FETCHED`,
+  which the request's Trio task fills (atom/http/fetch.py: one `--media-fetch-timeout`
+  deadline, at most `--max-media-bytes`, no redirects followed).
 """
 
 from __future__ import annotations
@@ -16,8 +19,13 @@ import functools
 import hashlib
 import io
 import json
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -27,6 +35,27 @@ from atom.errors import InvalidRequest
 FORMATS = {"PNG", "JPEG", "WEBP", "GIF"}
 IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's default
 MEDIA_TYPES = {"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"}
+WEB_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebImage:
+    url: str
+    param: str  # the request field that holds it
+
+
+class FetchFirst(Exception):
+    """Planning needs these web images: fetch them in Trio and plan again."""
+
+    def __init__(self, images: tuple[WebImage, ...]) -> None:
+        super().__init__(f"{len(images)} web images to fetch")
+        self.images = images
+
+
+# The web images fetched for the planning running in this context: url → bytes.
+FETCHED: ContextVar[Mapping[str, bytes]] = ContextVar(
+    "atom_fetched_images", default=MappingProxyType({})
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +117,7 @@ def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
         raw = _from_data_url(url, param, policy)
     elif scheme == "file":
         raw = _from_file(url, param, policy)
-    elif scheme in ("http", "https"):
+    elif scheme in WEB_SCHEMES:
         raw = _from_web(url, param, policy)
     else:
         raise InvalidRequest(
@@ -131,18 +160,49 @@ def _from_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if not path.is_relative_to(policy.local_root):
         raise InvalidRequest(f"{param}: {path} is outside --allowed-local-media-path", param=param)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(policy.max_bytes + 1)
+        raw = _read_regular(path, policy.max_bytes + 1)
     except OSError as exc:
         raise InvalidRequest(f"{param}: cannot read {path}: {exc.strerror}", param=param) from None
+    if raw is None:
+        raise InvalidRequest(f"{param}: {path} is not a regular file", param=param)
     if len(raw) > policy.max_bytes:
         raise InvalidRequest(f"{param}: the image is over {policy.max_bytes} bytes", param=param)
     return raw
 
 
-def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
-    import httpx
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """At most `limit` bytes of the file at `path`; None when it is no regular file.
+    Opened without blocking, so a FIFO with no writer is refused, not waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(limit)
 
+
+def web_images_to_fetch(
+    urls: Sequence[tuple[str, str]], policy: MediaPolicy
+) -> tuple[WebImage, ...]:
+    """The web images among `(url, param)` that the policy allows and this planning has
+    not been given yet (InvalidRequest for one it refuses)."""
+    missing = []
+    for url, param in urls:
+        if urlsplit(url).scheme.lower() in WEB_SCHEMES:
+            _check_host(url, param, policy)
+            if url not in FETCHED.get():
+                missing.append(WebImage(url=url, param=param))
+    return tuple(missing)
+
+
+def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
+    _check_host(url, param, policy)
+    raw = FETCHED.get().get(url)
+    if raw is None:
+        raise FetchFirst((WebImage(url=url, param=param),))
+    return raw
+
+
+def _check_host(url: str, param: str, policy: MediaPolicy) -> None:
     host = (urlsplit(url).hostname or "").lower()
     if "*" not in policy.domains and host not in policy.domains:
         raise InvalidRequest(
@@ -150,24 +210,6 @@ def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
             "(--allowed-media-domains)",
             param=param,
         )
-    chunks: list[bytes] = []
-    try:
-        with httpx.stream("GET", url, timeout=policy.fetch_timeout_s) as response:
-            if response.status_code != 200:
-                raise InvalidRequest(
-                    f"{param}: fetching the image got HTTP {response.status_code}", param=param
-                )
-            size = 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > policy.max_bytes:
-                    raise InvalidRequest(
-                        f"{param}: the image is over {policy.max_bytes} bytes", param=param
-                    )
-                chunks.append(chunk)
-    except httpx.HTTPError as exc:
-        raise InvalidRequest(f"{param}: could not fetch the image: {exc}", param=param) from None
-    return b"".join(chunks)
 
 
 def decode(raw: bytes, param: str, policy: MediaPolicy) -> LoadedImage:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -21,6 +20,7 @@ from atom.http import pooling
 from atom.http.access import tenant_in
 from atom.http.body import request_json
 from atom.http.errors import parse
+from atom.http.fetch import plan_off_loop
 from atom.http.pooling_schemas import (
     ClassifyRequest,
     EmbeddingsRequest,
@@ -88,7 +88,9 @@ def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
         body = parse(route.schema, payload)
         core = engine.pooling(body.model, route.kinds, request.path)
         caller = (admitted_request_id(request.scope), tenant_in(request.scope).owner)
-        received = await trio.to_thread.run_sync(_received, core, route, body, payload, caller)
+        received = await plan_off_loop(
+            engine.settings, _received, core, route, body, payload, caller
+        )
         engine.check_unique(received.request_id)  # no checkpoint until it is published
         output = await run_pooling(core, received)
         headers = {} if output.retry_after_s is None else {"retry-after": str(output.retry_after_s)}

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.http.access import tenant_in
+from atom.http.fetch import plan_off_loop
 from atom.http.generation import build_request
 from atom.http.request_id import SCOPE_KEY
 from atom.plan import Endpoint
@@ -34,8 +34,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
         client_id = request.scope.get(SCOPE_KEY)
         assert isinstance(raw, bytes) and (client_id is None or isinstance(client_id, str))
         tenant = tenant_in(request.scope)  # a previous_response_id is read as this key's
-        core, built = await trio.to_thread.run_sync(
-            build_request, engine, endpoint, raw, client_id, tenant
+        core, built = await plan_off_loop(
+            engine.settings, build_request, engine, endpoint, raw, client_id, tenant
         )
         params = dataclasses.asdict(built.submit.params)
         rendered = [

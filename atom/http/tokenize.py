@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import trio
 from quart import Response
 from quart_trio import QuartTrio
 
@@ -16,6 +15,7 @@ from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import request_json
 from atom.http.chat import conversation_prompt, default_template_kwargs
 from atom.http.errors import parse
+from atom.http.fetch import plan_off_loop
 from atom.http.prompts import check_prompt_size
 from atom.http.schemas import DetokenizeRequest, TokenizeRequest
 from atom.text.prompt import TemplateControls, encode_text
@@ -28,7 +28,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
         body = parse(TokenizeRequest, await request_json())
         core = engine.generation(body.model, "/tokenize")
         # Templates and tokenizers run off the event loop, as for generation.
-        ids = await trio.to_thread.run_sync(_token_ids, engine.settings, core, body)
+        ids = await plan_off_loop(engine.settings, _token_ids, engine.settings, core, body)
         result = {"tokens": list(ids), "count": len(ids), "max_model_len": core.max_model_len}
         return Response(dumps(result), content_type="application/json")
 
@@ -36,7 +36,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
     async def count_tokens() -> Response:
         body = parse(CountTokensRequest, await request_json())
         core = engine.generation(body.model, "/v1/messages/count_tokens")
-        ids = await trio.to_thread.run_sync(messages.prompt_ids, engine.settings, core, body)
+        ids = await plan_off_loop(engine.settings, messages.prompt_ids, engine.settings, core, body)
         return Response(dumps({"input_tokens": len(ids)}), content_type="application/json")
 
     @app.post("/detokenize")

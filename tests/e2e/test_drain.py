@@ -66,7 +66,8 @@ def test_sigterm_lets_running_streams_finish_refuses_new_ones_and_exits_0(
     with server_process(log_path, ATOM_SHUTDOWN_TIMEOUT="120") as (proc, url):
         streams = start_streams(url, 3, max_tokens=400)  # still streaming when the signal comes
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # the signal reaches the engine
+        proc.send_signal(signal.SIGINT)  # at once, as under `make serve`: the same stop
+        time.sleep(0.5)  # the signals reach the engine
         health = httpx.get(f"{url}/health")
         ask = {"messages": [{"role": "user", "content": "hi"}]}
         refused = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=30)
@@ -97,7 +98,7 @@ def test_past_the_shutdown_timeout_streams_get_an_error_and_a_second_signal_exit
     with server_process(tmp_path / "b.jsonl", ATOM_SHUTDOWN_TIMEOUT="300") as (proc, url):
         (held,) = start_streams(url, 1, max_tokens=4000)
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        time.sleep(1.5)  # past SAME_STOP_S: a second stop, not the first one repeated
         began = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 1

@@ -34,3 +34,19 @@ def test_atom_serve_listens_with_a_backlog_for_every_promised_connection() -> No
     backlog = int(command[command.index("--backlog") + 1])
     assert backlog >= 8 + 1000
     assert command[:2] == [sys.executable, "-m"]
+
+
+@pytest.mark.parametrize(("graceful", "warns"), [(None, True), ("10", True), ("60", False)])
+def test_a_worker_warns_when_hypercorn_would_cut_streams_before_the_shutdown_timeout(
+    tmp_path: Path, graceful: str | None, warns: bool
+) -> None:
+    """The card's own command runs the app in a worker: after SIGTERM hypercorn cuts
+    open streams at its graceful timeout (3 s unless told), not at --shutdown-timeout."""
+    flag = [] if graceful is None else ["--graceful-timeout", graceful]
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", *flag]
+    command += ["-b", f"127.0.0.1:{free_port()}", "atom.http:app"]
+    settings = Settings(model=(str(tmp_path),), shutdown_timeout=30)  # the load fails at once
+    env = {**os.environ, **settings.to_env(), "ATOM_LOG_LEVEL": "warning"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert "served_from_a_worker_process" in done.stderr, done.stderr[-2000:]
+    assert ("graceful_timeout_below_shutdown_timeout" in done.stderr) is warns

@@ -8,8 +8,11 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import os
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from tests.vision_models import data_url, encoded, picture, tiny_llava
 pytestmark = pytest.mark.slow
 
 NAME = "tiny-llava"
+FETCH_TIMEOUT_S = 8
 CHAT = "/v1/chat/completions"
 
 
@@ -35,6 +39,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "two.webp").write_bytes(encoded(picture(2), "WEBP"))
     (folder / "huge.png").write_bytes(encoded(picture(3, size=(300, 300))))
     (folder / "not-an-image.png").write_bytes(b"these bytes are no picture")
+    os.mkfifo(folder / "fifo.png")  # nobody writes it: opening it to read would block
     return folder
 
 
@@ -46,9 +51,24 @@ def web(media: Path) -> Iterator[str]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, directory=str(media), **kwargs)
 
+        def do_GET(self) -> None:
+            if self.path != "/drip.png":
+                return super().do_GET()
+            self.send_response(200)  # a byte every half second: 500 s for the whole image
+            self.send_header("content-length", "1000")
+            self.end_headers()
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except OSError:
+                pass  # the server gave up on it
+
         def log_message(self, *args: Any) -> None:
             pass
 
+    http.server.ThreadingHTTPServer.request_queue_size = 128  # 60 fetches at once
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -65,6 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, media: Path) -> Iterator[Se
         ATOM_SERVED_MODEL_NAME=NAME,
         ATOM_ALLOWED_LOCAL_MEDIA_PATH=str(media),
         ATOM_ALLOWED_MEDIA_DOMAINS="127.0.0.1",
+        ATOM_MEDIA_FETCH_TIMEOUT=str(FETCH_TIMEOUT_S),
         ATOM_LIMIT_MM_PER_PROMPT='{"image": 2}',
         ATOM_MAX_IMAGE_PIXELS=str(200 * 200),
         ATOM_ENABLE_ADMIN_ROUTES="true",
@@ -161,10 +182,33 @@ def test_refusals_of_files_and_web_addresses(server: Server, media: Path, web: s
         f"file://{media / 'not-an-image.png'}": "not an image",
         f"file://{media / 'missing.png'}": "cannot read",
         f"{web}/missing.png": "HTTP 404",
+        f"file://{media / 'fifo.png'}": "not a regular file",  # at once, not blocked
     }
     for url, says in cases.items():
         error = refusal(server, message(url))
         assert says in error["message"], (url, error)
+
+
+def test_slow_image_servers_hold_no_thread_and_meet_one_deadline(server: Server, web: str) -> None:
+    """Issue 46: a server sending a byte every few seconds held a worker thread per
+    request for minutes (the timeout was per read), and 42 such requests kept plain
+    chats waiting. Now 60 of them (more than Trio's 40 threads) wait in Trio, a text
+    chat answers meanwhile, and each gets a 400 at the one deadline."""
+    began = time.monotonic()
+    with ThreadPoolExecutor(60) as pool:
+        slow = [pool.submit(refusal, server, message(f"{web}/drip.png")) for _ in range(60)]
+        time.sleep(1)  # the fetches are under way
+        text = httpx.post(
+            server.url + CHAT,
+            json={"model": NAME, "messages": message(), "max_tokens": 2},
+            timeout=FETCH_TIMEOUT_S,
+        )
+        assert text.status_code == 200, text.text
+        early = [f.result() for f in slow if f.done()]
+        assert not early, early[:2]  # answered while they all still wait
+        errors = [f.result() for f in slow]
+    assert all("--media-fetch-timeout" in e["message"] for e in errors), errors[0]
+    assert time.monotonic() - began < 4 * FETCH_TIMEOUT_S  # not the drip's 500 s
 
 
 def test_too_many_images_name_the_first_over_the_limit(server: Server) -> None:

@@ -109,3 +109,21 @@ def test_an_image_the_processor_refuses_is_a_400_naming_its_part(tmp_path: Path)
         )  # fmt: skip
     assert caught.value.param == "messages.0.content.1"
     assert "aspect ratio" in caught.value.message
+
+
+def test_a_planning_thread_never_fetches_a_web_image_itself() -> None:
+    """It asks for it (atom/http/fetch.py fetches in Trio and plans again with it)."""
+    from types import MappingProxyType
+
+    from atom.http.media import FETCHED, FetchFirst, WebImage
+
+    url = "http://127.0.0.1:9/one.png"
+    allowed = MediaPolicy(domains=("127.0.0.1",))
+    with pytest.raises(FetchFirst) as caught:
+        load_image(url, "p", allowed)
+    assert caught.value.images == (WebImage(url=url, param="p"),)
+    token = FETCHED.set(MappingProxyType({url: encoded(picture(1))}))
+    try:
+        assert load_image(url, "p", allowed).size == (40, 30)
+    finally:
+        FETCHED.reset(token)

@@ -15,7 +15,14 @@ import torch
 
 from atom.config import Settings
 from atom.model.forward.attention import GatherDecode, KernelDecode, Scoring
-from atom.model.forward.kernels import X86, _cpu_flags, _drop_stale_lock, cpu_ops
+from atom.model.forward.kernels import (
+    X86,
+    _cpu_flags,
+    _drop_stale_lock,
+    cpu_ops,
+    kernel_dirs,
+    load_cpu_ops,
+)
 from atom.model.forward.operators import TorchOps
 from tests.model.tiny import cpu_ops as built_ops
 
@@ -149,6 +156,17 @@ def test_the_build_keeps_avx512_and_amx_inside_their_own_loops() -> None:
         assert binding[name] == "l" or entry, name
     for name in tiled:
         assert binding[name] == "l" or ("amx" in name and binding[name] == "g"), name
+
+
+def test_a_fresh_home_uses_the_build_inside_the_installation(tmp_path: Path) -> None:
+    """`make setup` builds into the installation, so an empty per-user cache (a new
+    container, a service user) neither rebuilds nor writes anything there."""
+    installed, _ = kernel_dirs(str(tmp_path))
+    assert any(installed.glob("atom_cpu_ops_*/*.so")), "make setup builds the kernels here"
+    ops = load_cpu_ops(str(tmp_path))
+    assert Path(ops.__file__).is_relative_to(installed)
+    assert ops.kernel_isa() in ("avx2", "avx512_vnni", "amx_int8")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path: Path) -> None:

@@ -16,8 +16,11 @@
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
 
-The build (~60 s, once per source version) lands under `<cache_dir>/kernels`, in a
-folder named by a fingerprint of the sources, the flags and the torch build. On
+The build (~60 s, once per source version) lands in a folder named by a fingerprint
+of the sources, the flags and the torch build, inside the installation
+(`<sys.prefix>/share/atom/kernels`: `make setup` builds there, so a fresh HOME finds
+it) or, where that is not writable, under `<cache_dir>/kernels`; a finished build is
+imported straight from either. On
 x86 one build serves every CPU with AVX2 (`-march=x86-64-v3`): the block loops are
 compiled for AVX2, for AVX-512 with VNNI and for AMX (int8 tiles), and `kernel_isa()`
 picks one at run time from what the CPU and the OS support: AMX only after Linux has
@@ -29,12 +32,13 @@ instruction traps. A build is announced
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import platform
+import re
 import shutil
 import sys
 import time
-from contextlib import nullcontext
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -74,7 +78,6 @@ SOURCES = tuple(
         "module.cpp",
     )
 )
-HEADERS = tuple(CSRC / name for name in ("ops.h", "blocks.h", "loops.inc"))
 X86 = platform.machine() in ("x86_64", "AMD64")
 # x86: one build for every CPU with AVX2 (x86-64-v3); the AVX-512 loops are compiled
 # beside the AVX2 ones and chosen at run time (csrc/blocks.cpp). Elsewhere: this CPU's.
@@ -83,22 +86,69 @@ X86_NEEDS = ("avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm")  # x86-64-v3
 MODES = ("auto", "on", "off")
 
 
-def load_cpu_ops(cache_dir: str) -> Any:
-    """Build (or reuse) and import the kernels module; raises when there is no compiler."""
-    from torch.utils.cpp_extension import load
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
+
+def build_inputs() -> tuple[Path, ...]:
+    """Every file the build reads: the sources and, transitively, what their
+    `#include "..."` lines name (the wheel must carry them all)."""
+    found: dict[Path, None] = {}
+    todo = list(SOURCES)
+    while todo:
+        path = todo.pop()
+        if path not in found:
+            found[path] = None
+            todo += [path.parent / name for name in INCLUDE.findall(path.read_text())]
+    return tuple(sorted(found))
+
+
+def kernel_dirs(cache_dir: str) -> tuple[Path, Path]:
+    """Where builds live: inside the installation first, then the per-user cache."""
+    return Path(sys.prefix) / "share" / "atom" / "kernels", Path(cache_dir) / "kernels"
+
+
+def load_cpu_ops(cache_dir: str) -> Any:
+    """Import the built kernels module, building it first where none is; raises when
+    there is no compiler."""
     missing = [flag for flag in X86_NEEDS if flag not in _cpu_flags()] if X86 else []
     if missing:
         raise RuntimeError(f"this CPU lacks {', '.join(missing)}, which the kernels need")
-    _ensure_ninja()
     name = f"atom_cpu_ops_{_fingerprint()}"
-    build = Path(cache_dir) / "kernels" / name
+    for base in kernel_dirs(cache_dir):
+        if (base / name / f"{name}.so").is_file():
+            return _import_built(name, base / name / f"{name}.so")
+    writable = [base for base in kernel_dirs(cache_dir) if _writable(base)]
+    if not writable:
+        raise RuntimeError(f"no writable folder for the kernel build: {kernel_dirs(cache_dir)}")
+    return _build(name, writable[0] / name)
+
+
+def _import_built(name: str, library: Path) -> Any:
+    """A finished build, imported without the loader (no ninja run, no lock file: the
+    folder may be read-only)."""
+    import torch  # noqa: F401  (the module links against torch's libraries)
+
+    spec = importlib.util.spec_from_file_location(name, library)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _writable(base: Path) -> bool:
+    """Whether builds can be made under `base` (its nearest existing folder is writable)."""
+    existing = next(p for p in (base, *base.parents) if p.exists())
+    return os.access(existing, os.W_OK)
+
+
+def _build(name: str, build: Path) -> Any:
+    from torch.utils.cpp_extension import load
+
+    _ensure_ninja()
     build.mkdir(parents=True, exist_ok=True)
     _drop_stale_lock(build / "lock")
-    is_built = (build / f"{name}.so").exists()
-    if not is_built:  # a minute or more of silence otherwise
-        log.warning("cpu_kernels_building", folder=str(build), expected_s="50-250")
-    with progress("cpu_kernels_build", expected_s=120) if not is_built else nullcontext():
+    log.warning("cpu_kernels_building", folder=str(build), expected_s="50-250")
+    with progress("cpu_kernels_build", expected_s=120):  # a minute or more of silence otherwise
         return load(
             name=name,
             sources=[str(path) for path in SOURCES],
@@ -166,12 +216,12 @@ def _fingerprint() -> str:
     import torch
 
     flags = "" if X86 else " ".join(sorted(_cpu_flags()))
-    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
+    source = b"".join(path.read_bytes() for path in build_inputs())
     build = f"{' '.join(CFLAGS)} torch {torch.__version__} python {sys.version_info[:2]}"
     return hashlib.sha256(flags.encode() + source + build.encode()).hexdigest()[:12]
 
 
-if __name__ == "__main__":  # `make setup` builds the kernels at install, not at first start
+if __name__ == "__main__":  # `make setup` builds the kernels into the installation
     from atom.config import Settings
 
     began = time.monotonic()
