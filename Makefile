@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TORCH := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: setup serve test bench
+.PHONY: setup serve test test-all bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "== 1/3 installing ATOM, $(TORCH) and the test tools into $(VENV): a few minutes on a fresh machine"
@@ -63,3 +63,7 @@ test: setup $(BROWSER)
 	$(VENV)/bin/ruff format --check atom tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
+
+# Everything, the tests marked very_slow too (minutes each: see README).
+test-all: setup $(BROWSER)
+	$(VENV)/bin/pytest -q -m ""

@@ -13,6 +13,7 @@ GGUF's block order. Random weights answer nonsense: serve them with `ignore_eos`
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,17 +49,25 @@ def q8_0(weight: torch.Tensor) -> np.ndarray:
     return gguf_blocks(blocks, Q8_0)
 
 
+@functools.cache
+def tokenizer_keys(source: Path) -> tuple[tuple[str, Any, Any], ...]:
+    """A GGUF's tokenizer keys: (key, contents, value type); read once per file (the
+    reader spends seconds on a 49k-token vocabulary)."""
+    reader = gguf.GGUFReader(str(source))
+    return tuple(
+        (key, field.contents(), field.types[0])
+        for key, field in reader.fields.items()
+        if key.startswith("tokenizer.")
+    )
+
+
 def copy_tokenizer(writer: Any, source: Path) -> None:
     """The default model's tokenizer keys, as they are."""
-    reader = gguf.GGUFReader(str(source))
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        kind = field.types[0]
+    for key, contents, kind in tokenizer_keys(source):
         if kind == gguf.GGUFValueType.ARRAY:
-            writer.add_array(key, field.contents())
+            writer.add_array(key, contents)
         else:
-            writer.add_key_value(key, field.contents(), kind)
+            writer.add_key_value(key, contents, kind)
 
 
 Q = gguf.GGMLQuantizationType
@@ -92,7 +101,9 @@ def write(
     writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
     copy_tokenizer(writer, default_model_path())
-    vocab = len(gguf.GGUFReader(str(default_model_path())).fields["tokenizer.ggml.tokens"].data)
+    vocab = len(
+        dict((k, c) for k, c, _ in tokenizer_keys(default_model_path()))["tokenizer.ggml.tokens"]
+    )
     embedding = q8_0(torch.randn(vocab, h, generator=gen) * 0.02)
     writer.add_tensor("token_embd.weight", embedding, raw_dtype=Q.Q8_0)
     writer.add_tensor("output_norm.weight", np.ones(h, dtype=np.float32))

@@ -1,5 +1,5 @@
 """Small scanners shared by the tool-call and reasoning parsers: marker hold-back,
-JSON strings and balanced JSON values read from text that may still be growing."""
+strings and balanced JSON (or Python) values read from text that may still be growing."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ def held_back(text: str, markers: Iterable[str]) -> int:
 
 
 def json_string_end(text: str, start: int) -> int | None:
-    """Index after the JSON string opening at `text[start] == '"'`, or None if unfinished."""
+    """Index after the string opening at `text[start]` (a quote; the same quote closes it,
+    a backslash escapes), or None if unfinished."""
     i = start + 1
     while i < len(text):
         if text[i] == "\\":
             i += 2
             continue
-        if text[i] == '"':
+        if text[i] == text[start]:
             return i + 1
         i += 1
     return None
@@ -43,18 +44,27 @@ def json_value_end(text: str, start: int) -> int | None:
         while end < len(text) and text[end] not in ",}] \n\r\t;":
             end += 1
         return end if end < len(text) else None
+    return bracket_end(text, start)
+
+
+def bracket_end(
+    text: str, start: int, *, quotes: str = '"', opening: str = "{[", closing: str = "}]"
+) -> int | None:
+    """Index after the bracketed value opening at `text[start]` (JSON's brackets and
+    strings by default; Python's with `quotes="'\"", opening="([{", closing=")]}"`),
+    brackets inside strings ignored; None while it may still grow."""
     depth, i = 0, start
     while i < len(text):
         ch = text[i]
-        if ch == '"':
+        if ch in quotes:
             string_end = json_string_end(text, i)
             if string_end is None:
                 return None
             i = string_end
             continue
-        if ch in "{[":
+        if ch in opening:
             depth += 1
-        elif ch in "}]":
+        elif ch in closing:
             depth -= 1
             if depth == 0:
                 return i + 1

@@ -64,7 +64,7 @@ def test_sigterm_lets_running_streams_finish_refuses_new_ones_and_exits_0(
 ) -> None:
     log_path = tmp_path / "log.jsonl"
     with server_process(log_path, ATOM_SHUTDOWN_TIMEOUT="120") as (proc, url):
-        streams = start_streams(url, 3, max_tokens=400)  # still streaming when the signal comes
+        streams = start_streams(url, 3, max_tokens=160)  # still streaming when the signal comes
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)  # at once, as under `make serve`: the same stop
         time.sleep(0.5)  # the signals reach the engine

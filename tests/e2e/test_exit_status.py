@@ -36,7 +36,7 @@ def test_atom_serve_listens_with_a_backlog_for_every_promised_connection() -> No
     assert command[:2] == [sys.executable, "-m"]
 
 
-@pytest.mark.parametrize(("graceful", "warns"), [(None, True), ("10", True), ("60", False)])
+@pytest.mark.parametrize(("graceful", "warns"), [(None, True), ("60", False)])
 def test_a_worker_warns_when_hypercorn_would_cut_streams_before_the_shutdown_timeout(
     tmp_path: Path, graceful: str | None, warns: bool
 ) -> None:

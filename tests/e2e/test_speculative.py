@@ -1,4 +1,4 @@
-"""Speculative decoding served for real: the default model answers 20 greedy requests
+"""Speculative decoding served for real: the default model answers 12 greedy requests
 (stop strings, structured output, logprobs, streams) with drafts exactly as without
 them: n-gram drafts in float32, alone and batched, and suffix drafts and a draft model
 (the default model again: the only one here with its tokenizer) on the default integer
@@ -85,12 +85,13 @@ def body(i: int, prompt: str) -> dict[str, Any]:
         out["stop"] = ["dog", "\n\n", "10"]
     if i % 5 == 2:
         out["stream"] = True
-    if i == 19:
+    if i == len(PROMPTS) - 1:
         out["response_format"] = PERSON
     return out
 
 
-BODIES = [body(i, p) for i, p in enumerate(REPEATING + FREE)]
+PROMPTS = REPEATING[:6] + FREE[:6]  # drafts get accepted, and some answers are free
+BODIES = [body(i, p) for i, p in enumerate(PROMPTS)]
 
 
 def ask(url: str, payload: dict[str, Any]) -> tuple[bytes, list[dict[str, Any]]]:
@@ -197,7 +198,11 @@ def accepted_tokens(server: Server) -> int:
     return int(float(line.rsplit(" ", 1)[1]))
 
 
-@pytest.mark.parametrize("method", SPECULATION)
+@pytest.mark.parametrize(
+    "method",
+    # suffix and draft start three more servers: minutes, so in `make test-all` only
+    [pytest.param(m, marks=[] if m == "ngram" else [pytest.mark.very_slow]) for m in SPECULATION],
+)
 def test_alone_the_answers_are_the_same_with_drafts_accepted(
     pairs: Callable[[str], Pair], method: str
 ) -> None:
@@ -205,8 +210,8 @@ def test_alone_the_answers_are_the_same_with_drafts_accepted(
     before = accepted_tokens(spec)
     got = answers(spec, together=False)
     assert_same(got, first_answers(plain), SPECULATION[method][0])
-    assert accepted_tokens(spec) - before > 100
-    assert json.loads(got[19][0])["choices"][0]["message"]["content"].startswith("{")
+    assert accepted_tokens(spec) - before > 30
+    assert json.loads(got[-1][0])["choices"][0]["message"]["content"].startswith("{")
 
 
 def test_batched_the_answers_are_the_same(pairs: Callable[[str], Pair]) -> None:
@@ -221,7 +226,7 @@ def test_batched_the_answers_are_the_same(pairs: Callable[[str], Pair]) -> None:
 def test_the_log_records_the_drafts_and_replays_to_the_bytes_sent(
     pairs: Callable[[str], Pair],
 ) -> None:
-    _, spec = pairs("suffix")
+    _, spec = pairs("ngram")
     received = {response_id(raw): raw for raw, _ in answers(spec, together=False)}
     time.sleep(0.5)  # the logger writes after each burst of events
     command = [sys.executable, "-m", "atom.cli", "replay", str(spec.log_path), "--json"]

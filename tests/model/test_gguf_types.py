@@ -155,6 +155,7 @@ def q4_k_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.very_slow  # a whole GGUF load, ~40 s: `make test-all`
 def test_a_q4_k_file_is_served_on_its_own_blocks(q4_k_file: Path, tmp_path: Path) -> None:
     """The whole load: transformers' float copy (q/k rows reordered for its rotary
     layout, q/k/v and gate/up fused by ATOM's forward) matched to the file's blocks."""
@@ -221,6 +222,7 @@ def q5_k_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray, 
     return random_blocks(Q.Q5_K, rows, cols, seed), Q.Q5_K
 
 
+@pytest.mark.very_slow  # a whole GGUF load, ~40 s: `make test-all`
 def test_a_q5_k_file_is_served_on_q5_1_blocks_of_its_own(tmp_path: Path) -> None:
     """A Q5_K file's layers run on Q5_1 blocks made from its blocks (not Q8_0 ones of
     the floats), and its answers stay those of its float weights."""
@@ -250,6 +252,7 @@ def q4_k_m_layer(rows: int, cols: int, gen: torch.Generator) -> tuple[np.ndarray
     return random_blocks(kind, rows, cols, seed), kind
 
 
+@pytest.mark.very_slow  # a whole GGUF load, ~40 s: `make test-all`
 def test_a_q4_k_m_like_file_serves_q6_k_layers_on_their_own_blocks(tmp_path: Path) -> None:
     """Q6_K layers (k, v and ffn_down here) run on Q6_K rows equal to the file's weights,
     the Q4_K ones on Q4_1 rows (transformers' classes: q/k/v not fused, so each part

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from atom.model.forward import int4, q5, q6
+from atom.model.forward import gguf_index, int4, q5, q6
 
 FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K"})  # the types that become Q4_1 rows
 FIVE_BIT = frozenset({"Q5_0", "Q5_1", "Q5_K"})  # with those: Q5_1 rows
@@ -130,9 +130,7 @@ class GgufFile:
     mapped file's pages would otherwise stay resident."""
 
     def __init__(self, path: Path) -> None:
-        import gguf  # type: ignore[import-untyped]
-
-        self._tensors: dict[str, Any] = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+        self._tensors: dict[str, Any] = {t.name: t for t in gguf_index.tensors(path)}
         self.types = {name: t.tensor_type.name for name, t in self._tensors.items()}
 
     def __enter__(self) -> GgufFile:

@@ -14,7 +14,6 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch as llg_torch
 import structlog
 import torch
 
@@ -42,9 +41,12 @@ class GrammarMatchers:
             return
         matchers = [self._matcher(chunks[i]) for i in rows]
         vocab = self._tokenizer_info().vocab_size
-        bitmask = llg_torch.allocate_token_bitmask(len(rows), vocab)
+        # llguidance's bitmask, one bit per token; written here, not by llguidance.torch,
+        # whose import compiles a kernel we do not use (~4 s of every start-up)
+        bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
         for slot, matcher in enumerate(matchers):
-            llg_torch.fill_next_token_bitmask(matcher, bitmask, slot)
+            row = bitmask[slot]
+            matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
         index = torch.tensor(rows, device=logits.device)
         subset = logits[index]
         apply_bitmask(subset, bitmask, vocab)

@@ -8,10 +8,11 @@ import ast
 import json
 from dataclasses import dataclass
 
-from atom.text.scanning import held_back, skip_space
+from atom.text.scanning import bracket_end, held_back, skip_space
 from atom.text.tools.base import PartialCall, Scan, beside_calls
 
 START, END = "<|python_start|>", "<|python_end|>"
+PYTHON = {"quotes": "'\"", "opening": "([{", "closing": ")]}"}  # Python's strings, brackets
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ class Pythonic:
             if lead < 0:
                 keep = 0 if is_final else held_back(text, [START])
                 return Scan(content=beside_calls(text[: len(text) - keep], (), is_final=is_final))
-            end = _list_end(text, start) if start < len(text) else None
+            end = bracket_end(text, start, **PYTHON) if start < len(text) else None
             if end is None:  # the list (or the text after the start marker) is unfinished
                 return Scan(
                     content=text if is_final else beside_calls(text[:lead], (), is_final=False)
@@ -58,27 +59,6 @@ def _next_list(text: str, pos: int) -> tuple[int, int]:
         if start == len(text) or text[start] == "[":
             return marker, start
         pos = start  # a start marker before no list is text
-
-
-def _list_end(text: str, start: int) -> int | None:
-    depth, i, quote = 0, start, ""
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
 
 
 def _calls(source: str) -> tuple[PartialCall, ...] | None:
