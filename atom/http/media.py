@@ -195,11 +195,10 @@ def web_images_to_fetch(
 
 
 def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
-    _check_host(url, param, policy)
-    raw = FETCHED.get().get(url)
-    if raw is None:
-        raise FetchFirst((WebImage(url=url, param=param),))
-    return raw
+    missing = web_images_to_fetch([(url, param)], policy)
+    if missing:
+        raise FetchFirst(missing)
+    return FETCHED.get()[url]
 
 
 def _check_host(url: str, param: str, policy: MediaPolicy) -> None:

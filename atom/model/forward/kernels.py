@@ -114,12 +114,13 @@ def load_cpu_ops(cache_dir: str) -> Any:
     if missing:
         raise RuntimeError(f"this CPU lacks {', '.join(missing)}, which the kernels need")
     name = f"atom_cpu_ops_{_fingerprint()}"
-    for base in kernel_dirs(cache_dir):
+    bases = kernel_dirs(cache_dir)
+    for base in bases:
         if (base / name / f"{name}.so").is_file():
             return _import_built(name, base / name / f"{name}.so")
-    writable = [base for base in kernel_dirs(cache_dir) if _writable(base)]
+    writable = [base for base in bases if _writable(base)]
     if not writable:
-        raise RuntimeError(f"no writable folder for the kernel build: {kernel_dirs(cache_dir)}")
+        raise RuntimeError(f"no writable folder for the kernel build: {bases}")
     return _build(name, writable[0] / name)
 
 
