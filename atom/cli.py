@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import HELP, Settings, parse_list
-from atom.events import Envelope
-from atom.replay import project, reparse
-from atom.request_log import read_log
-from atom.rerun import Rerun, recorded_requests, summarize
+from atom.log.codec import read_log
+from atom.log.replay import project, reparse
+from atom.log.rerun import Rerun, recorded_requests, summarize
+from atom.vocabulary.config import HELP, Settings, parse_list
+from atom.vocabulary.events import Envelope
 
 
 def main(argv: list[str] | None = None) -> int:

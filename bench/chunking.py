@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from atom.config import Settings
-from atom.events import SamplingParams, Submit
 from atom.model.loader import load_runtime
 from atom.model.runner import Runner
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import SamplingParams, Submit
 from bench.run import machine, publish
 from bench.step import bench_scheduler
 

@@ -27,7 +27,7 @@ fetch() {
     --implementation cp --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d .whl "${WHEELS[@]}"
   "$python" -c "
-from atom.config import Settings
+from atom.vocabulary.config import Settings
 from atom.model.loader import load_tokenizer
 load_tokenizer(None, cache_dir=Settings().cache_dir).save_pretrained('.gpu/tokenizer')"
   du -sh .whl .gpu

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from atom.config import Settings
 from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0
 from atom.model.forward.int8 import quantize_rows
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.heap import onto_huge_pages
+from atom.vocabulary.config import Settings
 from bench.big_model import DEFAULT_SHAPE
 from bench.big_model import SHAPE as ONE_B
 from bench.run import machine, publish

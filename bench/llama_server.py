@@ -19,7 +19,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from atom.config import Settings
+from atom.vocabulary.config import Settings
 
 VERSION = "0.3.36"  # the llama-cpp-python release whose vendored llama.cpp is built
 CMAKE_FLAGS = (

@@ -16,10 +16,10 @@ from atom.actors.batcher import Batcher
 from atom.actors.bus import EventBus
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
-from atom.events import SamplingParams, Submit
 from atom.model.fake_runner import FakeRunner
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.events import SamplingParams, Submit
 
 NUM_REQUESTS, NUM_TOKENS = 16, 400
 

@@ -8,8 +8,8 @@ import copy
 
 import torch
 
-from atom.config import Settings
 from atom.model.loader import load_model
+from atom.vocabulary.config import Settings
 
 TEXT = (
     "The history of Paris spans more than two thousand years. The city began as a "

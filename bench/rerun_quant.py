@@ -4,7 +4,7 @@
 Records a mix of chat requests against the real default model in float32 (greedy
 questions, sampled ones, a JSON answer, a tool call) with `--request-log`, then re-runs
 the log against the same model quantized, with the rerun's own comparison
-(`atom replay LOG --rerun URL`, atom/rerun.py). Prints the summary and the divergences.
+(`atom replay LOG --rerun URL`, atom/log/rerun.py). Prints the summary and the divergences.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.request_log import read_log
-from atom.rerun import Rerun, recorded_requests, summarize
+from atom.log.codec import read_log
+from atom.log.rerun import Rerun, recorded_requests, summarize
+from atom.vocabulary.config import Settings
 from bench.run import machine, publish
 from tests.conftest import serving, wait_ready
 from tests.weather import WEATHER

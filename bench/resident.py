@@ -26,8 +26,8 @@ def main() -> None:
     import torch  # noqa: F401  (what a server imports before loading)
     import transformers  # noqa: F401
 
-    from atom.config import Settings
     from atom.model.loader import load_runtime
+    from atom.vocabulary.config import Settings
 
     settings = Settings.from_env()
     if args.model:

@@ -28,8 +28,8 @@ import httpx
 import trio
 
 from atom.cli import serve_command
-from atom.config import Settings
 from atom.model.loader import default_model_path
+from atom.vocabulary.config import Settings
 from bench.load import Target, long_prompts, run_level, shared_prefix
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -192,8 +192,8 @@ def transformers_floor(prompt_words: int, output_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from atom.config import Settings
     from atom.model.loader import local_folder
+    from atom.vocabulary.config import Settings
     from bench.load import prompt_text
 
     folder = local_folder(default_model_path(), Settings().cache_dir)

@@ -14,12 +14,12 @@ import time
 
 import torch
 
-from atom.config import Settings
-from atom.events import SamplingParams
 from atom.model.loader import load_runtime
 from atom.model.runner import SeqChunk, StepPlan
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.sampler import sample
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import SamplingParams
 
 HEAVY = SamplingParams(
     temperature=0.8,

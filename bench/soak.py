@@ -32,8 +32,11 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
-from atom.events import (
+from atom.http.app import create_app
+from atom.log.codec import read_log
+from atom.log.replay import project
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import (
     ClientDisconnected,
     EngineStepped,
     Envelope,
@@ -41,9 +44,6 @@ from atom.events import (
     RequestScheduled,
     TokensSampled,
 )
-from atom.http.app import create_app
-from atom.replay import project
-from atom.request_log import read_log
 from bench.run import machine
 from bench.soak_mix import mixed_body
 from tests.conftest import fake_loader, serving, wait_ready

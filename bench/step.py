@@ -15,13 +15,13 @@ import json
 import statistics
 import time
 
-from atom.config import Settings
-from atom.events import SamplingParams, Submit
 from atom.model.heap import loading
 from atom.model.loader import load_runtime
 from atom.model.runner import Runner
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import SamplingParams, Submit
 from bench.run import machine
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)

@@ -15,8 +15,6 @@ import pytest
 import trio
 from hypercorn.config import Config
 
-from atom.config import Settings
-from atom.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.fake_pooling import FakePoolingRunner
 from atom.model.fake_runner import FakeRunner, Script
@@ -24,6 +22,8 @@ from atom.model.heap import thaw_heap
 from atom.model.loader import load_tokenizer
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 
 FAKE_REPLY = "Hello world, this is a fake reply. Ça marche 🙂!"
 

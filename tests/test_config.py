@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from atom.config import Settings, unknown_env
 from atom.model.catalog import ModelKind, served_models
+from atom.vocabulary.config import Settings, unknown_env
 
 
 def test_environment_variables_parse_by_field_type() -> None:

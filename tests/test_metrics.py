@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from atom.events import (
+from atom.projections.metrics import Metrics
+from atom.vocabulary.events import (
     ChoiceFinished,
     Endpoint,
     EngineStepped,
@@ -21,8 +22,7 @@ from atom.events import (
     SamplingParams,
     TokensSampled,
 )
-from atom.metrics import Metrics
-from atom.plan import PoolingPlan
+from atom.vocabulary.plan import PoolingPlan
 
 
 def feed(metrics: Metrics, timed: list[tuple[float, Event]]) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from atom.events import Envelope
-from atom.replay import project
-from atom.request_log import decode, encode, read_log
+from atom.log.codec import decode, encode, read_log
+from atom.log.replay import project
+from atom.vocabulary.events import Envelope
 
 GOLDEN = Path(__file__).parent / "golden"
 

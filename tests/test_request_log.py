@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from atom.events import (
+from atom.log.codec import decode, encode, read_log
+from atom.vocabulary.events import (
     Abort,
     ChoiceFinished,
     ClientDisconnected,
@@ -26,8 +27,7 @@ from atom.events import (
     TextDelta,
     TokensSampled,
 )
-from atom.plan import RequestPlan, ResponseShape, TextPlan, ToolPlan
-from atom.request_log import decode, encode, read_log
+from atom.vocabulary.plan import RequestPlan, ResponseShape, TextPlan, ToolPlan
 
 PARAMS = SamplingParams(temperature=0.5, top_k=3, stop=("x", "y"), seed=9)
 PLAN = RequestPlan(
@@ -129,7 +129,7 @@ def test_atom_replay_of_what_is_no_log_is_one_line_and_exit_2(tmp_path: Path) ->
 def test_a_line_past_the_limit_is_skipped_without_holding_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("atom.request_log.MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr("atom.log.codec.MAX_LINE_BYTES", 1000)
     line = encode(Envelope(seq=0, at=0.0, event=EVENTS[2])).encode()
     path = tmp_path / "log.jsonl"
     path.write_bytes(b"\0" * 5000 + b"\n5\n" + line + b"\n")

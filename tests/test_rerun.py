@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from atom.cli import main
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.plan import Endpoint
-from atom.rerun import Choice, Recorded, compare
+from atom.log.rerun import Choice, Recorded, compare
+from atom.vocabulary.config import Settings
+from atom.vocabulary.plan import Endpoint
 from tests.conftest import fake_loader, serving_in_thread
 from tests.weather import WEATHER
 

@@ -9,26 +9,28 @@ import sys
 from pathlib import Path
 
 ATOM = Path(__file__).parent.parent / "atom"
-# package → atom packages it must never import (DESIGN.md: events ← model/text ← actors ← http)
+# The layers, lowest first (docs/architecture.md draws them):
+#   vocabulary ← text, model, projections ← log ← actors ← http (and cli)
+# A module under a key (a folder or a module, dotted from atom/) must never import these.
+_ABOVE_VOCABULARY = {
+    "atom.model",
+    "atom.text",
+    "atom.projections",
+    "atom.log",
+    "atom.actors",
+    "atom.http",
+}
 FORBIDDEN = {
-    "plan": {"atom"},  # the vocabulary's base: stdlib only
-    "events": {"atom.model", "atom.text", "atom.actors", "atom.http"},
-    "errors": {"atom.model", "atom.text", "atom.actors", "atom.http"},
-    "config": {"atom.model", "atom.text", "atom.actors", "atom.http"},
-    "model": {"atom.actors", "atom.http", "atom.text", "trio"},
-    "text": {"atom.actors", "atom.http", "atom.model", "trio", "torch"},
+    "vocabulary": _ABOVE_VOCABULARY,
+    "vocabulary.plan": {"atom"},  # the vocabulary's base: stdlib only
+    "model": {"atom.actors", "atom.http", "atom.text", "atom.projections", "atom.log", "trio"},
+    "text": {"atom.actors", "atom.http", "atom.model", "atom.projections", "atom.log", "trio",
+             "torch"},
+    # Projections read events and plans; they never call an actor, a model or the text path.
+    "projections": {"atom.http", "atom.actors", "atom.model", "atom.text", "atom.log"},
+    # The log writes, reads and replays events; it never imports the server's layers.
+    "log": {"atom.http", "atom.actors", "atom.model"},
     "actors": {"atom.http", "pydantic", "quart"},
-    "request_log": {"atom.http", "atom.actors"},
-    "replay": {"atom.http"},
-    "metrics": {"atom.http"},
-    "wire": {"atom.http", "atom.actors", "atom.model"},
-    "wire_anthropic": {"atom.http", "atom.actors", "atom.model"},
-    "wire_responses": {"atom.http", "atom.actors", "atom.model"},
-    "answer": {"atom.http", "atom.actors", "atom.model", "atom.text"},
-    "responses_store": {"atom.http", "atom.actors", "atom.model", "atom.text"},
-    "renderers": {"atom.http", "atom.actors", "atom.model"},
-    "usage": {"atom.http", "atom.actors", "atom.model", "atom.text"},
-    "legacy": {"atom.http", "atom.actors", "atom.model", "atom.text"},
     # HTTP reaches the engine through Engine and RequestActor only, and never a tensor;
     # the loader is imported lazily when the app is built.
     "http": {"torch", "atom.actors.batcher", "atom.actors.device", "atom.model.scheduling",
@@ -56,10 +58,18 @@ def imports_of(path: Path) -> set[str]:
 
 def test_import_direction() -> None:
     for path in ATOM.rglob("*.py"):
-        part = path.relative_to(ATOM).parts[0].removesuffix(".py")
+        module = ".".join(path.relative_to(ATOM).with_suffix("").parts)
+        banned = set().union(*(names for key, names in FORBIDDEN.items() if _within(module, key)))
         for name in imports_of(path):
-            for banned in FORBIDDEN.get(part, set()):
-                assert not (name == banned or name.startswith(banned + ".")), (path, name)
+            assert not any(_within(name, b) for b in banned), (path, name)
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_the_root_keeps_at_most_five_modules() -> None:
+    assert len(list(ATOM.glob("*.py"))) <= 5, sorted(p.name for p in ATOM.glob("*.py"))
 
 
 def test_functions_stay_under_the_budget() -> None:
@@ -84,14 +94,14 @@ TORCH_FREE = [
     "atom.model.fake_runner",
     "atom.model.runner",
     "atom.model.scheduling.kv_cache",
-    "atom.plan",
-    "atom.events",
-    "atom.wire",
-    "atom.wire_anthropic",
-    "atom.replay",
+    "atom.vocabulary.plan",
+    "atom.vocabulary.events",
+    "atom.projections.wire",
+    "atom.projections.wire_anthropic",
+    "atom.log.replay",
     "atom.text.pipeline",
     "atom.http.schemas",
-    "atom.responses_store",
+    "atom.projections.responses_store",
 ]
 
 
@@ -113,7 +123,8 @@ def test_importing_the_http_package_builds_nothing() -> None:
         "import sys\n"
         "import atom.http.schemas, atom.http\n"
         "assert type(atom.http.app).__name__ == 'ServedApp'\n"
-        "assert 'atom.http.app' not in sys.modules and 'atom.config' not in sys.modules\n"
+        "assert 'atom.http.app' not in sys.modules\n"
+        "assert 'atom.vocabulary.config' not in sys.modules\n"
         "assert 'torch' not in sys.modules\n"
     )
     env = {**os.environ, "ATOM_NOT_A_SETTING": "1"}

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from atom.config import Settings
 from atom.model.loader import load_tokenizer
+from atom.vocabulary.config import Settings
 
 IMAGE_TOKEN = "<image>"
 # A chat template that writes IMAGE_TOKEN where a message's content has an image part.

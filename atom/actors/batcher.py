@@ -27,14 +27,17 @@ from atom.actors.batcher_state import ModelState
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
-from atom.errors import (
+from atom.model.runner import Runner, Sampled, StepPlan
+from atom.model.scheduling.scheduler import Scheduler
+from atom.model.scheduling.sequence import SeqOutput
+from atom.vocabulary.errors import (
     AtomError,
     EngineFailed,
     ModelNotFound,
     Overloaded,
     QueueTimeout,
 )
-from atom.events import (
+from atom.vocabulary.events import (
     Abort,
     EngineIdle,
     EngineStepped,
@@ -47,8 +50,6 @@ from atom.events import (
     Submit,
     TokensSampled,
 )
-from atom.model.runner import Runner, Sampled, StepPlan
-from atom.model.scheduling.scheduler import Scheduler, SeqOutput
 
 
 class Batcher(ModelState):

@@ -10,7 +10,7 @@ import outcome
 import trio
 
 from atom.actors.outbox import Outbox
-from atom.events import Submit
+from atom.vocabulary.events import Submit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,8 +13,11 @@ import trio
 
 from atom.actors.batcher_records import Admitted, BoundaryJob, Queued
 from atom.actors.device import DeviceThread
-from atom.errors import AtomError, Conflict, EngineFailed, ModelAsleep
-from atom.events import (
+from atom.model.lora.adapter import LoraAdapter
+from atom.model.runner import Runner
+from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.errors import AtomError, Conflict, EngineFailed, ModelAsleep
+from atom.vocabulary.events import (
     Envelope,
     Event,
     LoraLoaded,
@@ -23,9 +26,6 @@ from atom.events import (
     ModelWoke,
     WeightsUpdated,
 )
-from atom.model.lora.adapter import LoraAdapter
-from atom.model.runner import Runner
-from atom.model.scheduling.scheduler import Scheduler
 
 
 class ModelState:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import count
 
-from atom.events import Envelope, Event
+from atom.vocabulary.events import Envelope, Event
 
 Clock = Callable[[], float]
 Subscriber = Callable[[Envelope], None]

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import trio
 
-from atom.events import Envelope, Event, TokensSampled
 from atom.text.pipeline import ChoicePipeline
+from atom.vocabulary.events import Envelope, Event, TokensSampled
 
 
 class ChoiceStream:

@@ -15,8 +15,8 @@ from atom.model.lora.adapter import LoraAdapter
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.vision.prompter import ImagePrompter
-from atom.responses_store import ResponsesStore
-from atom.tenant import EVERYONE, Tenant
+from atom.projections.responses_store import ResponsesStore
+from atom.vocabulary.tenant import EVERYONE, Tenant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

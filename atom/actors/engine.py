@@ -21,16 +21,20 @@ import trio
 
 from atom.actors.bus import Clock, EventBus
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
-from atom.actors.crash_ring import CrashRing
 from atom.actors.device import DeviceThread
-from atom.actors.logger import RequestLogger
 from atom.actors.models import Models
 from atom.actors.profiler import Phases, Profiler
 from atom.actors.recent import RecentRequests
 from atom.actors.tap import OutputTap
-from atom.config import Settings
-from atom.errors import Conflict, EngineFailed, ServerDraining
-from atom.events import (
+from atom.log.codec import read_log
+from atom.log.crash_ring import CrashRing
+from atom.log.writer import RequestLogger
+from atom.model.catalog import ModelKind, ModelSpec, served_models
+from atom.projections.metrics import Metrics
+from atom.projections.responses_store import ResponsesStore
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import Conflict, EngineFailed, ServerDraining
+from atom.vocabulary.events import (
     Envelope,
     PoolingFinished,
     PoolingRequested,
@@ -39,10 +43,6 @@ from atom.events import (
     RequestFailed,
     RequestReceived,
 )
-from atom.metrics import Metrics
-from atom.model.catalog import ModelKind, ModelSpec, served_models
-from atom.request_log import read_log
-from atom.responses_store import ResponsesStore
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +93,7 @@ class Engine:
         # on_drained given: SIGTERM/SIGINT drain, then it ends the process.
         self._stop_process, self._on_drained = on_fatal, on_drained
         self.bus = EventBus(clock)
-        self.crash_ring = CrashRing.on(self.bus, settings.crash_dump_dir)
+        self.crash_ring = CrashRing.on(self.bus.subscribe, settings.crash_dump_dir)
         self.recent = RecentRequests.on(self.bus) if settings.request_log else None  # web page
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.apply)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import trio
 
 from atom.actors.cores import EngineCore
-from atom.config import Settings
-from atom.errors import AtomError, InvalidRequest
 from atom.model.catalog import check_name
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import AtomError, InvalidRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,15 +14,15 @@ from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.device import DeviceThread
 from atom.actors.pooler import Pooler
 from atom.actors.profiler import Phases
-from atom.config import Settings
 from atom.model.catalog import ModelSpec
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
-from atom.responses_store import ResponsesStore
+from atom.projections.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
+from atom.vocabulary.config import Settings
 
 log = structlog.get_logger(__name__)
 

@@ -25,8 +25,13 @@ from atom.actors.loras import LoraCard, Loras
 from atom.actors.model_actors import ActorParts, make_actor
 from atom.actors.pooler import Pooler
 from atom.actors.profiler import Phases
-from atom.config import Settings, check_choice
-from atom.errors import (
+from atom.model.catalog import ModelKind, ModelSpec
+from atom.model.heap import loading, thaw_heap
+from atom.model.runner import Runtime
+from atom.model.speculation.config import parse_speculative_config
+from atom.projections.responses_store import ResponsesStore
+from atom.vocabulary.config import Settings, check_choice
+from atom.vocabulary.errors import (
     AtomError,
     Conflict,
     EngineFailed,
@@ -34,11 +39,6 @@ from atom.errors import (
     InvalidRequest,
     ModelNotFound,
 )
-from atom.model.catalog import ModelKind, ModelSpec
-from atom.model.heap import loading, thaw_heap
-from atom.model.runner import Runtime
-from atom.model.speculation.config import parse_speculative_config
-from atom.responses_store import ResponsesStore
 
 log = structlog.get_logger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from atom.errors import AtomError
-from atom.events import Envelope
+from atom.vocabulary.errors import AtomError
+from atom.vocabulary.events import Envelope
 
 
 class Outbox:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import trio
 
 from atom.actors.device import DeviceThread
-from atom.errors import AtomError, EngineFailed, Overloaded
-from atom.events import PoolingInput
 from atom.model.pooling import PoolingRunner
+from atom.vocabulary.errors import AtomError, EngineFailed, Overloaded
+from atom.vocabulary.events import PoolingInput
 
 
 @dataclass(slots=True, eq=False)

@@ -11,10 +11,10 @@ import trio
 
 from atom.actors.cores import PoolingCore
 from atom.actors.request import failed_event
-from atom.errors import AtomError
-from atom.events import PoolingFinished, PoolingRequested, RequestAborted
-from atom.wire import Output
-from atom.wire_pooling import PoolingRenderer, encode_output
+from atom.projections.wire import Output
+from atom.projections.wire_pooling import PoolingRenderer, encode_output
+from atom.vocabulary.errors import AtomError
+from atom.vocabulary.events import PoolingFinished, PoolingRequested, RequestAborted
 
 
 async def run_pooling(core: PoolingCore, received: PoolingRequested) -> Output:

@@ -14,9 +14,9 @@ import trio
 
 from atom.actors.cores import Core, EngineCore
 from atom.actors.outbox import Outbox
-from atom.errors import EngineFailed
-from atom.events import PoolingInput, Submit
-from atom.plan import SamplingParams
+from atom.vocabulary.errors import EngineFailed
+from atom.vocabulary.events import PoolingInput, Submit
+from atom.vocabulary.plan import SamplingParams
 
 PROBE_TIMEOUT_S = 30.0
 ONE_TOKEN = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from atom.actors.device import DeviceThread
-from atom.errors import Conflict
+from atom.vocabulary.errors import Conflict
 
 
 @dataclass(frozen=True, slots=True)

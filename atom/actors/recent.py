@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from atom.actors.bus import EventBus
-from atom.events import (
+from atom.vocabulary.events import (
     Envelope,
     PoolingFinished,
     PoolingRequested,
@@ -42,7 +42,7 @@ class Recorded:
 
     @property
     def owner(self) -> str | None:
-        """The key that made it (atom/tenant.py)."""
+        """The key that made it (atom/vocabulary/tenant.py)."""
         event = self.first.event
         assert isinstance(event, RequestReceived | PoolingRequested)
         return event.owner

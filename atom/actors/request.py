@@ -3,9 +3,9 @@
 Its nursery runs a disconnect watcher (owns ASGI `receive`; cancels the actor
 when the client goes away), a router (Outbox → the choice streams), one
 ChoiceStream per choice, and a writer (publishes each event, renders it with
-atom.wire and hands the bytes to `respond`, which atom/http/asgi.py frames as
+atom.projections.wire and hands the bytes to `respond`, which atom/http/asgi.py frames as
 ASGI messages). Usage and latency are a fold of the request's own envelopes
-(atom/usage.py). Leaving early for any reason aborts the request in the Batcher
+(atom/projections/usage.py). Leaving early for any reason aborts the request in the Batcher
 from `finally`.
 """
 
@@ -24,8 +24,12 @@ import trio
 from atom.actors.choice_stream import ChoiceStream
 from atom.actors.cores import EngineCore
 from atom.actors.outbox import Outbox
-from atom.errors import AtomError, EngineFailed
-from atom.events import (
+from atom.projections.renderers import renderer_for
+from atom.projections.usage import RequestUsage
+from atom.projections.wire import Output
+from atom.text.pipeline import pipeline_for
+from atom.vocabulary.errors import AtomError, EngineFailed
+from atom.vocabulary.events import (
     Abort,
     ChoiceFinished,
     ClientDisconnected,
@@ -38,11 +42,7 @@ from atom.events import (
     Submit,
     TokensSampled,
 )
-from atom.plan import RequestPlan
-from atom.renderers import renderer_for
-from atom.text.pipeline import pipeline_for
-from atom.usage import RequestUsage
-from atom.wire import Output
+from atom.vocabulary.plan import RequestPlan
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 log = structlog.get_logger(__name__)

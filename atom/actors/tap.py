@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from atom.wire import Output
+from atom.projections.wire import Output
 
 
 class OutputTap:

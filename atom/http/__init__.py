@@ -36,9 +36,9 @@ class ServedApp:
 def _from_env() -> Any:
     import structlog
 
-    from atom.config import Settings, unknown_env
     from atom.http.app import create_app
     from atom.logs import configure_logging
+    from atom.vocabulary.config import Settings, unknown_env
 
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)

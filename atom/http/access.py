@@ -3,7 +3,7 @@
 Keys (`--api-key`, repeatable, `--api-key-file`, `ATOM_API_KEY`) are compared in
 constant time with what the request sends as `Authorization: Bearer KEY` or
 `x-api-key: KEY` (Anthropic's header). The key that matched is the request's `Tenant`
-(atom/tenant.py): what it stores is its own, and only `--admin-api-key` sees every key's.
+(atom/vocabulary/tenant.py): what it stores is its own, and only `--admin-api-key` sees every key's.
 `/health`, the web page (`/` and its files under `/webui/`, not its feeds under
 `/webui/api/`) and CORS preflights stay open; `/metrics` too unless `--protect-metrics`.
 CORS follows vLLM's flags and defaults (every origin, method and header allowed; no
@@ -17,12 +17,12 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from atom.config import Settings
 from atom.http.asgi import ASGISend
-from atom.tenant import EVERYONE, NOBODY, Tenant, fingerprint
+from atom.vocabulary.config import Settings
+from atom.vocabulary.tenant import EVERYONE, NOBODY, Tenant, fingerprint
 
 Headers = list[tuple[bytes, bytes]]
-TENANT_KEY = "atom.tenant"  # where AtomApp leaves the request's Tenant in the ASGI scope
+TENANT_KEY = "atom.vocabulary.tenant"  # where AtomApp leaves the request's Tenant in the ASGI scope
 
 
 def header(scope: MutableMapping[str, Any], name: bytes) -> bytes | None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http.schemas import SamplingBody
-from atom.images import PromptImage
-from atom.plan import ReasoningBudget, RequestPlan, ResponseShape
 from atom.text.parsers import opens_reasoning, reasoning_format
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.images import PromptImage
+from atom.vocabulary.plan import ReasoningBudget, RequestPlan, ResponseShape
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

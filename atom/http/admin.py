@@ -13,12 +13,12 @@ from quart_trio import QuartTrio
 from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
 from atom.actors.profiler import Profiler
-from atom.errors import AtomError, EngineNotReady, InvalidRequest, RouteNotFound
 from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.schemas import _Body
 from atom.model.catalog import ModelSpec, kind_of, readable_name
-from atom.wire import dumps
+from atom.projections.wire import dumps
+from atom.vocabulary.errors import AtomError, EngineNotReady, InvalidRequest, RouteNotFound
 
 ADMIN_PATHS = frozenset(
     {

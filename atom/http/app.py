@@ -20,15 +20,6 @@ from atom.actors.bus import Clock
 from atom.actors.cores import Loaded
 from atom.actors.engine import Engine, terminate_process
 from atom.actors.request import ASGIReceive
-from atom.config import Settings
-from atom.errors import (
-    AtomError,
-    Forbidden,
-    InvalidRequest,
-    MethodNotAllowed,
-    RouteNotFound,
-    Unauthorized,
-)
 from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize, webui
 from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
@@ -40,6 +31,15 @@ from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.http.media import MediaPolicy
 from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import (
+    AtomError,
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    RouteNotFound,
+    Unauthorized,
+)
 
 
 class AtomApp:

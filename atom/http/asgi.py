@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from atom.wire import Output
+from atom.projections.wire import Output
 
 ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from atom.actors.request import ASGIReceive
-from atom.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from atom.vocabulary.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 
 MAX_DEPTH = 64  # tool schemas nest a dozen levels; 10,000 levels crash recursive code
 _SURROGATE = re.compile("[\ud800-\udfff]")

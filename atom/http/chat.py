@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from atom.actors.cores import EngineCore
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http.adapter import (
     Planned,
     check_shape,
@@ -29,11 +27,20 @@ from atom.http.prompts import check_prompt_size, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from atom.http.structured import constraint_of
-from atom.images import PromptImage
-from atom.plan import Endpoint, RequestPlan, ResponseShape, SamplingParams, TextPlan, ToolPlan
 from atom.text import constraints
 from atom.text.parsers import SPECIAL_TOKEN_PARSERS, reasoning_format, tool_format
 from atom.text.prompt import TemplateControls, render_chat
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.images import PromptImage
+from atom.vocabulary.plan import (
+    Endpoint,
+    RequestPlan,
+    ResponseShape,
+    SamplingParams,
+    TextPlan,
+    ToolPlan,
+)
 
 ID_PREFIX = "chatcmpl-"
 

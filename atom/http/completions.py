@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from atom.actors.cores import EngineCore
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http.adapter import Planned, check_shape, planned
 from atom.http.prompts import Prompt, check_prompt_size, checked_ids, truncated
 from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import CompletionRequest
 from atom.http.structured import constraint_of
-from atom.plan import Endpoint, RequestPlan, ResponseShape, TextPlan
 from atom.text.prompt import encode_text
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.plan import Endpoint, RequestPlan, ResponseShape, TextPlan
 
 ID_PREFIX = "cmpl-"
 

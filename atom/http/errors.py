@@ -6,10 +6,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from atom.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
-from atom.wire import dumps
-from atom.wire_anthropic import error_body as anthropic_error_body
+from atom.projections.wire import dumps
+from atom.projections.wire_anthropic import error_body as anthropic_error_body
+from atom.vocabulary.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 
 M = TypeVar("M", bound=BaseModel)
 

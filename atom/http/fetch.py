@@ -22,9 +22,9 @@ import httpx
 import trio
 from trio.lowlevel import RunVar
 
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http.media import FETCHED, FetchFirst, MediaPolicy, WebImage
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
 
 T = TypeVar("T")
 MAX_FETCHES = 16  # web image fetches in flight across the server

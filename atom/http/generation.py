@@ -18,9 +18,6 @@ from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
 from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.actors.tap import OutputTap
-from atom.config import Settings
-from atom.errors import AtomError
-from atom.events import RequestReceived, Submit
 from atom.http import chat, completions, messages, responses
 from atom.http.access import tenant_in
 from atom.http.adapter import Planned
@@ -32,11 +29,14 @@ from atom.http.fetch import plan_off_loop
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
-from atom.images import without_image_bytes
-from atom.plan import GENERATION_PATHS, Endpoint
-from atom.tenant import EVERYONE, Tenant
-from atom.wire import Output, dumps
-from atom.wire_responses import ResponsesBodyRenderer
+from atom.projections.wire import Output, dumps
+from atom.projections.wire_responses import ResponsesBodyRenderer
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import AtomError
+from atom.vocabulary.events import RequestReceived, Submit
+from atom.vocabulary.images import without_image_bytes
+from atom.vocabulary.plan import GENERATION_PATHS, Endpoint
+from atom.vocabulary.tenant import EVERYONE, Tenant
 
 B = TypeVar("B", bound=RoutedBody)
 
@@ -78,7 +78,7 @@ async def _start_background(
     path: str,
 ) -> None:
     """A background response runs detached from this connection (its result goes to the
-    store, atom/responses_store.py). Not streamed, the client gets the `queued`
+    store, atom/projections/responses_store.py). Not streamed, the client gets the `queued`
     Response object now; streamed, it follows the events until it leaves, and the
     response carries on without it (atom/http/stored.py resumes the stream)."""
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from atom.actors.cores import EngineCore
-from atom.errors import InvalidRequest
 from atom.http.media import FetchFirst, MediaPolicy, load_image, web_images_to_fetch
-from atom.images import PromptImage
 from atom.model.vision.prompter import ImagePrompter, ImageRefused
 from atom.text.prompt import TemplateControls, render_chat
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.images import PromptImage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,8 @@ from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.actors.probe import probe_all
-from atom.errors import EngineFailed, EngineNotReady, ServerDraining
-from atom.wire import dumps
+from atom.projections.wire import dumps
+from atom.vocabulary.errors import EngineFailed, EngineNotReady, ServerDraining
 
 
 def register(app: QuartTrio, engine: Engine) -> None:

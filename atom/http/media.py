@@ -29,8 +29,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from atom.config import Settings
-from atom.errors import InvalidRequest
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
 
 FORMATS = {"PNG", "JPEG", "WEBP", "GIF"}
 IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's default

@@ -4,7 +4,7 @@ An Anthropic conversation is a chat conversation in other words: the body is
 translated into the chat body it means (system prompt, tool results as tool
 messages, tool_use blocks as tool calls, `tool_choice` any/tool as required/named,
 `thinking` as the template's `enable_thinking`) and planned by atom/http/chat.py;
-only the response shape differs (atom/wire_anthropic.py renders it).
+only the response shape differs (atom/projections/wire_anthropic.py renders it).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import json
 from typing import Any
 
 from atom.actors.cores import EngineCore
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http import chat
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import (
@@ -30,7 +28,9 @@ from atom.http.anthropic_schemas import (
 from atom.http.errors import parse
 from atom.http.images import image_part, named_as, take_origins
 from atom.http.schemas import ChatCompletionRequest
-from atom.plan import Endpoint
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.plan import Endpoint
 
 ID_PREFIX = "msg_"
 

@@ -16,7 +16,6 @@ from pydantic.json_schema import models_json_schema
 from quart import Response
 from quart_trio import QuartTrio
 
-from atom.config import Settings
 from atom.http import openapi_answers as answers
 from atom.http.admin import (
     LoadLoraRequest,
@@ -37,7 +36,8 @@ from atom.http.schemas import (
     DetokenizeRequest,
     TokenizeRequest,
 )
-from atom.wire import dumps
+from atom.projections.wire import dumps
+from atom.vocabulary.config import Settings
 
 # Every route can answer these (atom/http/app.py applies the body limits, keys and
 # request ids before any route; a model may be loading or the server draining).

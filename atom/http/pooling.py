@@ -12,8 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 from atom.actors.cores import PoolingCore
-from atom.errors import ContextTooLong, InvalidRequest
-from atom.events import PoolingInput
 from atom.http.pooling_schemas import (
     ClassifyRequest,
     EmbeddingsRequest,
@@ -22,7 +20,9 @@ from atom.http.pooling_schemas import (
     _PoolingBody,
 )
 from atom.model.catalog import ModelKind
-from atom.plan import Activation, Endpoint, PoolingPlan
+from atom.vocabulary.errors import ContextTooLong, InvalidRequest
+from atom.vocabulary.events import PoolingInput
+from atom.vocabulary.plan import Activation, Endpoint, PoolingPlan
 
 Planned = tuple[tuple[PoolingInput, ...], PoolingPlan]
 

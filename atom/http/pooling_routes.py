@@ -15,7 +15,6 @@ from quart_trio import QuartTrio
 from atom.actors.cores import PoolingCore
 from atom.actors.engine import Engine
 from atom.actors.pooling_request import run_pooling
-from atom.events import PoolingRequested
 from atom.http import pooling
 from atom.http.access import tenant_in
 from atom.http.body import request_json
@@ -31,7 +30,8 @@ from atom.http.pooling_schemas import (
 )
 from atom.http.request_id import admitted_request_id
 from atom.model.catalog import ModelKind
-from atom.plan import Endpoint
+from atom.vocabulary.events import PoolingRequested
+from atom.vocabulary.plan import Endpoint
 
 EMBEDDERS = frozenset({ModelKind.EMBED})
 SCORERS = frozenset({ModelKind.EMBED, ModelKind.SCORE})

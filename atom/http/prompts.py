@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from atom.errors import ContextTooLong, InvalidRequest
+from atom.vocabulary.errors import ContextTooLong, InvalidRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,8 +18,8 @@ from atom.http.access import tenant_in
 from atom.http.fetch import plan_off_loop
 from atom.http.generation import build_request
 from atom.http.request_id import SCOPE_KEY
-from atom.plan import Endpoint
-from atom.wire import dumps
+from atom.projections.wire import dumps
+from atom.vocabulary.plan import Endpoint
 
 RENDER_ROUTES = {
     "/v1/chat/completions/render": Endpoint.CHAT,

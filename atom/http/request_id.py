@@ -7,9 +7,9 @@ import re
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from atom.errors import InvalidRequest
 from atom.http.access import header
 from atom.http.asgi import ASGISend
+from atom.vocabulary.errors import InvalidRequest
 
 SCOPE_KEY = "atom.client_request_id"  # where AtomApp leaves the validated id
 _VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -4,7 +4,7 @@ Like /v1/messages, the body is translated into the chat body it means
 (`instructions` as the system message, input items as messages, function calls and
 their outputs as tool calls and tool messages, `text.format` as `response_format`,
 `reasoning.effort` as the template's `reasoning_effort`) and planned by
-atom/http/chat.py; the response shape is the Responses API's (atom/wire_responses.py).
+atom/http/chat.py; the response shape is the Responses API's (atom/projections/wire_responses.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from atom.actors.cores import EngineCore
-from atom.config import Settings
-from atom.errors import InvalidRequest, ResponseNotFound
 from atom.http import chat
 from atom.http.adapter import Planned
 from atom.http.errors import parse
@@ -31,7 +29,9 @@ from atom.http.responses_schemas import (
     TextPart,
 )
 from atom.http.schemas import ChatCompletionRequest
-from atom.plan import Endpoint
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest, ResponseNotFound
+from atom.vocabulary.plan import Endpoint
 
 ID_PREFIX = "resp_"
 _ITEMS = TypeAdapter(list[Item])

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from atom.errors import ContextTooLong, InvalidRequest
-from atom.events import SamplingParams
 from atom.http.schemas import SamplingBody
-from atom.plan import ReasoningBudget
+from atom.vocabulary.errors import ContextTooLong, InvalidRequest
+from atom.vocabulary.events import SamplingParams
+from atom.vocabulary.plan import ReasoningBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """The Responses API's stored responses: `GET /v1/responses/{id}`, its `input_items`,
 `DELETE /v1/responses/{id}` and, for a background response, `POST …/cancel`
-(atom/responses_store.py keeps them; atom/http/generation.py starts background ones)."""
+(atom/projections/responses_store.py keeps them; atom/http/generation.py starts background ones)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
-from atom.errors import InvalidRequest, ResponseNotFound
-from atom.events import ResponseDeleted
 from atom.http.access import tenant_in
-from atom.responses_store import StoredResponse
-from atom.wire import dumps
+from atom.projections.responses_store import StoredResponse
+from atom.projections.wire import dumps
+from atom.vocabulary.errors import InvalidRequest, ResponseNotFound
+from atom.vocabulary.events import ResponseDeleted
 
 
 def register(app: QuartTrio, engine: Engine) -> None:

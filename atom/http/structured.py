@@ -4,9 +4,9 @@ json_object). An invalid schema, regex or grammar is a 400 naming the problem.""
 
 from __future__ import annotations
 
-from atom.errors import InvalidRequest
 from atom.http.schemas import SamplingBody
 from atom.text import constraints
+from atom.vocabulary.errors import InvalidRequest
 
 
 def constraint_of(body: SamplingBody) -> str | None:

@@ -8,8 +8,6 @@ from quart_trio import QuartTrio
 
 from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http import messages
 from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import request_json
@@ -18,8 +16,10 @@ from atom.http.errors import parse
 from atom.http.fetch import plan_off_loop
 from atom.http.prompts import check_prompt_size
 from atom.http.schemas import DetokenizeRequest, TokenizeRequest
+from atom.projections.wire import dumps
 from atom.text.prompt import TemplateControls, encode_text
-from atom.wire import dumps
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
 
 
 def register(app: QuartTrio, engine: Engine) -> None:

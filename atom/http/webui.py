@@ -19,11 +19,11 @@ from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
 from atom.actors.recent import Recorded
-from atom.errors import RouteNotFound
 from atom.http.access import tenant_in
-from atom.replay import project
-from atom.request_log import encode
-from atom.wire import dumps
+from atom.log.codec import encode
+from atom.log.replay import project
+from atom.projections.wire import dumps
+from atom.vocabulary.errors import RouteNotFound
 
 PAGE_DIR = Path(__file__).parent.parent / "webui"  # index.html, its modules and styles
 VENDOR_DIR = PAGE_DIR / "vendor"  # the libraries make setup copies from npm

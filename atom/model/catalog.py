@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from atom.config import Settings
+from atom.vocabulary.config import Settings
 
 
 class ModelKind(StrEnum):

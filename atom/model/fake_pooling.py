@@ -13,8 +13,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atom.events import PoolingInput
 from atom.model.catalog import ModelKind
+from atom.vocabulary.events import PoolingInput
 
 
 @dataclass(slots=True)

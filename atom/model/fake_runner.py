@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from atom.events import SamplingParams
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
+from atom.vocabulary.events import SamplingParams
 
 if TYPE_CHECKING:
     from atom.model.lora.adapter import LoraAdapter

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from atom.config import Settings
 from atom.model.catalog import (
     DEFAULT_GENERATION_MODEL,
     ModelSpec,
@@ -22,6 +21,7 @@ from atom.model.catalog import (
 from atom.model.gguf_folder import local_folder as local_folder
 from atom.model.heap import onto_huge_pages, trim
 from atom.model.runner import Runtime
+from atom.vocabulary.config import Settings
 
 if TYPE_CHECKING:
     from atom.model.forward.gguf_blocks import GgufFile

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from atom.config import Settings
-from atom.events import PoolingInput
 from atom.model.catalog import ModelKind, ModelSpec, num_labels, read_json, resolve_source
 from atom.model.loader import device_and_dtype, local_folder
 from atom.progress import quiet_library_bars
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import PoolingInput
 
 log = structlog.get_logger(__name__)
 

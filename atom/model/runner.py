@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from atom.events import SamplingParams, TokenLogprobs
-from atom.images import PromptImage
+from atom.vocabulary.events import SamplingParams, TokenLogprobs
+from atom.vocabulary.images import PromptImage
 
 if TYPE_CHECKING:
     from atom.model.lora.adapter import LoraAdapter

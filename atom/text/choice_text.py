@@ -8,9 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atom.events import FinishReason, PromptToken, SamplingParams, TokenLogprobs, TokenText
 from atom.text.detokenizer import Decoder, IncrementalDetokenizer
 from atom.text.stop import StopMatcher
+from atom.vocabulary.events import (
+    FinishReason,
+    PromptToken,
+    SamplingParams,
+    TokenLogprobs,
+    TokenText,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from atom.plan import TextPlan
 from atom.text.harmony import HarmonyReasoning, HarmonyTools
 from atom.text.reasoning.base import Granite, ReasoningFormat, ThinkTags
 from atom.text.tools.base import Limited, ToolFormat, limited
@@ -15,6 +14,7 @@ from atom.text.tools.forced import CallList, NamedCall
 from atom.text.tools.json_calls import Hermes, Llama3Json, Mistral, Prefixed
 from atom.text.tools.pythonic import Pythonic
 from atom.text.tools.sections import Qwen3Coder, deepseek_v3, kimi_k2
+from atom.vocabulary.plan import TextPlan
 
 ToolSchemas = Mapping[str, Mapping[str, Any]]  # function name → its `parameters` schema
 

@@ -9,19 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atom.events import (
-    ChoiceFinished,
-    Event,
-    FinishReason,
-    PromptLogprobs,
-    ReasoningDelta,
-    TextDelta,
-    TokensSampled,
-    TokenText,
-    ToolArgumentsDelta,
-    ToolCallStarted,
-)
-from atom.plan import RequestPlan
 from atom.text.choice_text import ChoiceText
 from atom.text.detokenizer import Decoder
 from atom.text.parsers import plan_formats
@@ -34,6 +21,19 @@ from atom.text.tools.base import (
     ToolFormat,
     ToolStream,
 )
+from atom.vocabulary.events import (
+    ChoiceFinished,
+    Event,
+    FinishReason,
+    PromptLogprobs,
+    ReasoningDelta,
+    TextDelta,
+    TokensSampled,
+    TokenText,
+    ToolArgumentsDelta,
+    ToolCallStarted,
+)
+from atom.vocabulary.plan import RequestPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,8 +7,11 @@ from atom.actors.batcher import Batcher
 from atom.actors.bus import EventBus
 from atom.actors.device import DeviceThread
 from atom.actors.outbox import Outbox
-from atom.errors import EngineFailed, Overloaded
-from atom.events import (
+from atom.model.fake_runner import FakeRunner
+from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.errors import EngineFailed, Overloaded
+from atom.vocabulary.events import (
     Abort,
     Envelope,
     PromptChunkComputed,
@@ -17,9 +20,6 @@ from atom.events import (
     Submit,
     TokensSampled,
 )
-from atom.model.fake_runner import FakeRunner
-from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.scheduler import Scheduler
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=100)
 

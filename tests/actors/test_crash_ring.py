@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atom.actors.crash_ring import CrashRing
-from atom.events import ClientDisconnected, Envelope
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.log.crash_ring import CrashRing
+from atom.vocabulary.events import ClientDisconnected, Envelope
 
 
 def _envelope(seq: int, at: float) -> Envelope:

@@ -14,10 +14,10 @@ import pytest
 
 from atom.actors.bus import EventBus
 from atom.actors.models import Models
-from atom.config import Settings
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.runner import Runtime
-from atom.responses_store import ResponsesStore
+from atom.projections.responses_store import ResponsesStore
+from atom.vocabulary.config import Settings
 from tests.conftest import bert_tokenizer, fake_loader
 
 SERVED = ModelSpec(name="chat", source="/models/chat", kind=ModelKind.GENERATE)

@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from atom.actors.logger import RequestLogger
-from atom.events import Endpoint, Envelope, RequestReceived
-from atom.request_log import decode, read_log
+from atom.log.codec import decode, read_log
+from atom.log.writer import RequestLogger
+from atom.vocabulary.events import Endpoint, Envelope, RequestReceived
 
 
 def _received(seq: int, body: dict[str, object]) -> Envelope:

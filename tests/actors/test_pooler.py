@@ -12,9 +12,9 @@ import trio.testing
 
 from atom.actors.device import DeviceThread
 from atom.actors.pooler import Pooler
-from atom.errors import EngineFailed, Overloaded
-from atom.events import PoolingInput
 from atom.model.fake_pooling import FakePoolingRunner
+from atom.vocabulary.errors import EngineFailed, Overloaded
+from atom.vocabulary.events import PoolingInput
 
 
 class Recording(FakePoolingRunner):

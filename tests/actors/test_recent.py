@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from atom.actors.recent import RecentRequests
-from atom.events import (
+from atom.vocabulary.events import (
     Envelope,
     Event,
     RequestAborted,
@@ -11,7 +11,7 @@ from atom.events import (
     RequestReceived,
     TextDelta,
 )
-from atom.plan import Endpoint
+from atom.vocabulary.plan import Endpoint
 
 
 def feed(recent: RecentRequests, *events: Event) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 
 from atom.actors.cores import Loaded
 from atom.actors.engine import exit_drained
-from atom.config import Settings
 from atom.http.app import create_app, load_served
 from atom.logs import configure_logging
 from atom.model.catalog import ModelSpec
 from atom.model.loader import load_tokenizer
 from atom.model.runner import Runner, Runtime, Sampled, StepPlan
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader
 
 

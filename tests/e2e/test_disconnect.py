@@ -7,9 +7,9 @@ import httpx
 import pytest
 import trio
 
-from atom.config import Settings
-from atom.events import Envelope
 from atom.http.app import create_app
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import Envelope
 from tests.conftest import serving, steps_before_release, wait_ready
 from tests.e2e.conftest import CAPITAL
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from atom.request_log import read_log
+from atom.log.codec import read_log
 from tests.e2e.conftest import FAULTY_APP, server_process
 
 pytestmark = pytest.mark.slow

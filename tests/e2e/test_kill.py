@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from atom.request_log import decode
+from atom.log.codec import decode
 from tests.e2e.conftest import FAULTY_APP, server_process
 
 pytestmark = pytest.mark.slow

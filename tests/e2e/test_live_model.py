@@ -14,8 +14,8 @@ import httpx
 import pytest
 from safetensors.torch import load_file, save_file
 
-from atom.config import Settings
 from atom.model.loader import default_model_path, local_folder
+from atom.vocabulary.config import Settings
 from tests.e2e.conftest import CAPITAL, Server, running_server
 
 pytestmark = pytest.mark.slow

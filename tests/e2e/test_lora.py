@@ -17,9 +17,9 @@ import httpx
 import openai
 import pytest
 
-from atom.events import LoraLoaded, LoraUnloaded, RequestReceived
+from atom.log.codec import read_log
 from atom.model.catalog import resolve_source
-from atom.request_log import read_log
+from atom.vocabulary.events import LoraLoaded, LoraUnloaded, RequestReceived
 from tests.e2e.conftest import CAPITAL, Server, running_server
 from tests.lora_adapters import save_adapter
 

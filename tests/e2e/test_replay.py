@@ -11,9 +11,9 @@ import httpx
 import pytest
 import trio
 
-from atom.events import ClientDisconnected, RequestAborted
-from atom.replay import project, reparse
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.log.replay import project, reparse
+from atom.vocabulary.events import ClientDisconnected, RequestAborted
 from tests.e2e.conftest import Server
 from tests.replay_mix import Q, response_id, send_mix
 from tests.weather import WEATHER

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from atom.events import TokensSampled
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.vocabulary.events import TokensSampled
 from tests.e2e.conftest import Server, running_server
 from tests.replay_mix import response_id
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from atom.cli import serve_command
-from atom.config import Settings
+from atom.vocabulary.config import Settings
 from tests.e2e.conftest import free_port
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from atom.events import RequestAccepted, RequestReceived
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.vocabulary.events import RequestAccepted, RequestReceived
 from tests.e2e.conftest import Server, running_server
 from tests.vision_models import data_url, encoded, picture, tiny_llava
 

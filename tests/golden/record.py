@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
+from atom.vocabulary.config import Settings
 from tests.conftest import serving, wait_ready
 from tests.replay_mix import send_mix
 

@@ -12,9 +12,9 @@ import httpx
 import openai
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

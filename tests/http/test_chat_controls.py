@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 
-from atom.config import Settings
 from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime, Sampled, StepPlan
+from atom.vocabulary.config import Settings
 from tests.conftest import replying, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
+from atom.log.codec import read_log
+from atom.log.replay import project
 from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime, StepPlan
-from atom.replay import project
-from atom.request_log import read_log
+from atom.vocabulary.config import Settings
 from tests.conftest import replying, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

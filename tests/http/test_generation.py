@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
-from atom.events import Envelope
 from atom.http.app import create_app
+from atom.log.codec import read_log
+from atom.log.replay import project
 from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime
-from atom.replay import project
-from atom.request_log import read_log
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import Envelope
 from tests.conftest import FAKE_REPLY, fake_loader, serving, steps_before_release, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

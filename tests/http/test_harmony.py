@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from atom.config import Settings
 from atom.http.app import create_app
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 from tests.weather import WEATHER
 

@@ -15,11 +15,11 @@ import httpx
 import pytest
 import trio
 
-from atom.config import Settings
-from atom.events import Envelope, RequestAborted, TokensSampled
 from atom.http.app import create_app
+from atom.log.codec import read_log
 from atom.model.catalog import ModelSpec
-from atom.request_log import read_log
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import Envelope, RequestAborted, TokensSampled
 from tests.conftest import fake_loader, serving, wait_ready
 from tests.raw_http import host_port, raw_exchange
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 
 MSG = [{"role": "user", "content": "hi"}]

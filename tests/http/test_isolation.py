@@ -11,13 +11,13 @@ import httpx
 import pytest
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime
 from atom.text import parsers
 from atom.text.tools.base import Scan
+from atom.vocabulary.config import Settings
 from tests.conftest import serving, wait_ready
 from tests.weather import WEATHER
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from atom.config import Settings
-from atom.errors import InvalidRequest
 from atom.http.media import MediaPolicy, image_limit, load_image
-from atom.images import without_image_bytes
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.images import without_image_bytes
 from tests.vision_models import data_url, encoded, picture
 
 POLICY = MediaPolicy()

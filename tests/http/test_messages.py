@@ -11,10 +11,10 @@ import anthropic
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.replay import project, reparse
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.log.replay import project, reparse
+from atom.vocabulary.config import Settings
 from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
 from tests.weather import ANTHROPIC_WEATHER, CALL_REPLY, WEATHER
 

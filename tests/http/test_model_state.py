@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.replay import project
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.log.replay import project
+from atom.vocabulary.config import Settings
 from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import trio
 
-from atom.config import Settings
 from atom.http.admin import ADMIN_PATHS
 from atom.http.app import create_app
 from atom.model.catalog import ModelSpec
 from atom.model.fake_runner import FakeRunner
 from atom.model.runner import Runtime
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 from tests.raw_http import http11_request, raw_exchange, status_of
 

@@ -22,10 +22,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from atom.config import Settings
 from atom.http.app import create_app
 from atom.http.generation import ROUTES
 from atom.http.openapi import openapi_document
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, serving_in_thread, wait_ready
 
 # CI's run; a long one: FUZZ_EXAMPLES=300 FUZZ_PHASES=examples,coverage,fuzzing (the

@@ -17,13 +17,13 @@ import openai
 import pytest
 import trio
 
-from atom.config import Settings
-from atom.events import PoolingInput
 from atom.http.app import create_app
+from atom.log.codec import read_log
+from atom.log.replay import project
 from atom.model.catalog import ModelKind
 from atom.model.fake_pooling import FakePoolingRunner
-from atom.replay import project
-from atom.request_log import read_log
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import PoolingInput
 from tests.conftest import bert_tokenizer, fake_loader, serving, wait_ready
 
 CHAT_MODEL, EMBED_MODEL = "SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"

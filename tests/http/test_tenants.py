@@ -10,12 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.replay import project
-from atom.request_log import read_log
-from atom.responses_store import MAX_CHAIN
-from atom.tenant import fingerprint
+from atom.log.codec import read_log
+from atom.log.replay import project
+from atom.projections.responses_store import MAX_CHAIN
+from atom.vocabulary.config import Settings
+from atom.vocabulary.tenant import fingerprint
 from tests.conftest import fake_loader, serving, wait_ready
 
 A, B, ROOT = ({"authorization": f"Bearer {key}"} for key in ("key-a", "key-b", "root"))

@@ -13,10 +13,10 @@ import httpx
 import openai
 import trio
 
-from atom.config import Settings
 from atom.http.app import create_app
-from atom.replay import project, reparse
-from atom.request_log import read_log
+from atom.log.codec import read_log
+from atom.log.replay import project, reparse
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 from tests.weather import CALL_REPLY, WEATHER
 

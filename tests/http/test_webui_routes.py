@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from atom.config import Settings
 from atom.http.app import create_app
 from atom.http.webui import PAGE_DIR, VENDOR_DIR
+from atom.vocabulary.config import Settings
 from tests.conftest import fake_loader, serving, wait_ready
 
 MODEL = "SmolLM2-135M-Instruct"

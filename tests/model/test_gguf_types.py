@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from atom.config import Settings
 from atom.model import loader
 from atom.model.forward import q8
 from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0, BlockFormat, BlockLinear
 from atom.model.forward.gguf_blocks import as_rows, dequantized
 from atom.model.forward.quantization import quantize
+from atom.vocabulary.config import Settings
 from bench.big_model import write
 from tests.model.tiny import KERNEL_ISAS, block_product, cpu_ops, kernel_isa
 

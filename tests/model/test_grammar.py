@@ -17,10 +17,10 @@ def test_bitmask_keeps_exactly_the_set_bits_and_nothing_past_the_vocabulary() ->
 
 
 def test_constraint_starts_after_the_reasoning_section(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from atom.events import SamplingParams
     from atom.model.runner import SeqChunk
     from atom.model.sampling.matchers import GrammarMatchers
     from atom.text import constraints
+    from atom.vocabulary.events import SamplingParams
 
     end = tuple(tokenizer.encode("</think>", add_special_tokens=False))
     params = SamplingParams(grammar=constraints.choice(["yes", "no"]), grammar_after=end)

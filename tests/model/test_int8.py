@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from atom.config import Settings
 from atom.model.forward.int8 import Int8Linear
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
+from atom.vocabulary.config import Settings
 from tests.model.tiny import tiny_model
 
 

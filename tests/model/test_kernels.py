@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from atom.config import Settings
 from atom.model.forward.attention import GatherDecode, KernelDecode, Scoring
 from atom.model.forward.kernels import (
     X86,
@@ -24,6 +23,7 @@ from atom.model.forward.kernels import (
     load_cpu_ops,
 )
 from atom.model.forward.operators import TorchOps
+from atom.vocabulary.config import Settings
 from tests.model.tiny import cpu_ops as built_ops
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atom.events import SamplingParams, Submit
 from atom.model.fake_runner import FakeRunner
 from atom.model.scheduling.kv_cache import KVCacheManager, block_hashes
 from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.events import SamplingParams, Submit
 
 
 def test_hash_chain_depends_on_every_earlier_token_and_the_salt() -> None:

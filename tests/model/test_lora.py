@@ -10,7 +10,6 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.events import Submit
 from atom.model.forward.llama_forward import own_forward
 from atom.model.forward.quantization import quantize
 from atom.model.lora.adapter import BaseShapes, read_adapter
@@ -18,6 +17,7 @@ from atom.model.lora.mixing import Grouped, LoraSlots, OneAdapter
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
+from atom.vocabulary.events import Submit
 from tests.lora_adapters import save_adapter, with_adapter
 from tests.model.tiny import BLOCK, GREEDY, PROMPTS, cpu_ops, generate, run_all, tiny_model
 

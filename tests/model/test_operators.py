@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.events import SamplingParams
 from atom.model.forward.blocks import Q5_1, Q6_K, BlockLinear
 from atom.model.forward.llama_forward import LlamaForward
 from atom.model.forward.quantization import quantize
 from atom.model.runner import SeqChunk, StepPlan
+from atom.vocabulary.events import SamplingParams
 from tests.model.tiny import BLOCK, cpu_ops, torch_runner
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from atom.config import Settings
-from atom.events import PoolingInput
 from atom.model.catalog import ModelKind, ModelSpec, kind_of, resolve_source
 from atom.model.pooling import PoolingRuntime, load_pooling
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import PoolingInput
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.events import Submit
 from atom.model.fake_runner import FakeRunner
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
+from atom.vocabulary.events import Submit
 from tests.model.tiny import BLOCK, GREEDY, PROMPTS, generate, run_all, tiny_model, torch_runner
 
 RUNNERS = {

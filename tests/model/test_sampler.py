@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from atom.events import SamplingParams
 from atom.model.sampling.logits import RowContext, banned_ids, process
 from atom.model.sampling.sampler import candidates, gumbel_max, sample, truncate_sorted
-from atom.plan import ReasoningBudget
+from atom.vocabulary.events import SamplingParams
+from atom.vocabulary.plan import ReasoningBudget
 
 
 def gens(n: int, seed: int = 0) -> list[torch.Generator]:

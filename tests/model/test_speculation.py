@@ -13,7 +13,6 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen2Config
 
-from atom.events import SamplingParams, Submit
 from atom.model import torch_runner as torch_runner_module
 from atom.model.fake_runner import FakeRunner
 from atom.model.forward.quantization import quantize
@@ -21,6 +20,7 @@ from atom.model.runner import Runner, Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
+from atom.vocabulary.events import SamplingParams, Submit
 from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, plan_step, torch_runner
 
 NGRAM = SpeculativeConfig(

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 import torch
 
-from atom.config import Settings
-from atom.events import Submit
 from atom.http.media import MediaPolicy, load_image
-from atom.images import PromptImage
 from atom.model.loader import load_runtime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import kv_bytes_per_block
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import Submit
+from atom.vocabulary.images import PromptImage
 from tests.model.tiny import BLOCK, GREEDY, plan_step, run_all
 from tests.vision_models import (
     data_url,

@@ -12,9 +12,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from atom.config import Settings
-from atom.events import SamplingParams, Submit
-from atom.images import PromptImage
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner, StepPlan
@@ -22,6 +19,9 @@ from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.speculation.config import SpeculativeConfig
 from atom.model.torch_runner import TorchRunner
+from atom.vocabulary.config import Settings
+from atom.vocabulary.events import SamplingParams, Submit
+from atom.vocabulary.images import PromptImage
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 TINY = {

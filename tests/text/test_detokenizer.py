@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from atom.events import FinishReason, SamplingParams, TokenLogprobs
 from atom.text.choice_text import ChoiceText
 from atom.text.detokenizer import IncrementalDetokenizer
+from atom.vocabulary.events import FinishReason, SamplingParams, TokenLogprobs
 
 TEXTS = [
     "The capital of France is Paris.",

@@ -5,10 +5,10 @@ from typing import Any
 import pytest
 
 from atom.http.adapter import reasoning_opened
-from atom.plan import TextPlan, ToolPlan
 from atom.text.parsers import opens_reasoning, plan_formats, reasoning_format
 from atom.text.reasoning.base import ReasoningScan, ReasoningStream, parse_reasoning
 from atom.text.tools.base import parse
+from atom.vocabulary.plan import TextPlan, ToolPlan
 
 CASES = [
     ("deepseek_r1", "<think>Let me think.</think>\n\nParis.", "Let me think.", "\n\nParis."),

@@ -223,7 +223,7 @@ def _fingerprint() -> str:
 
 
 if __name__ == "__main__":  # `make setup` builds the kernels into the installation
-    from atom.config import Settings
+    from atom.vocabulary.config import Settings
 
     began = time.monotonic()
     try:

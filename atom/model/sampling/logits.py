@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from atom.events import SamplingParams
+from atom.vocabulary.events import SamplingParams
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from atom.events import SamplingParams, TokenLogprobs
 from atom.model.runner import Sampled
+from atom.vocabulary.events import SamplingParams, TokenLogprobs
 
 
 def apply_temperature(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:

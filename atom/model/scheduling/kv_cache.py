@@ -35,7 +35,7 @@ def block_hashes(
     token_ids: Sequence[int], block_size: int, salt: Hashable, spans: Sequence[Span] = ()
 ) -> list[int]:
     """The hash chain of every full block of `token_ids`. A block that overlaps a span
-    (an image's placeholder tokens, atom/images.py) also hashes the span's key: the
+    (an image's placeholder tokens, atom/vocabulary/images.py) also hashes the span's key: the
     same placeholders with another image behind them are another prefix."""
     hashes: list[int] = []
     parent: int | object = ("atom-kv", salt)

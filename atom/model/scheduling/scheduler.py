@@ -17,81 +17,14 @@ before any prefill; the runner returns the drafts it accepted and one token more
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from atom.events import DraftsVerified, FinishReason, SamplingParams, Submit, TokenLogprobs
-from atom.images import PromptImage, spans
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, choice_seed
 from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
-
-
-@dataclass(slots=True, kw_only=True)
-class Sequence:
-    """One choice of one request: prompt plus output so far. Owned by the Scheduler."""
-
-    seq_id: str
-    request_id: str
-    choice_idx: int
-    first_sibling_idx: int  # the first choice of the same prompt
-    params: SamplingParams
-    seed: int
-    cache_salt: str | None
-    token_ids: list[int]
-    num_prompt_tokens: int
-    num_computed: int = 0
-    num_cached_tokens: int | None = None  # prefix-cache hit at first admission
-    has_blocks: bool = False
-    priority: int = 0  # with by_priority, lower is served first and preempted last
-    num_draft_tokens: int | None = None  # how many to propose next: follows acceptance
-    lora: str | None = None  # the LoRA adapter it runs with (None: the base model)
-    images: tuple[PromptImage, ...] = ()  # the prompt's images (atom/images.py)
-
-    @property
-    def num_output(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
-    def prefix_salt(self) -> tuple[str | None, str | None]:
-        """What keeps its cached prefixes apart from others': the adapter (a hit never
-        crosses adapters) and the request's cache salt."""
-        return self.lora, self.cache_salt
-
-    @property
-    def is_decoding(self) -> bool:
-        return self.has_blocks and self.num_computed == len(self.token_ids) - 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SeqOutput:
-    """The tokens `seq` took this step (one, or with drafts up to one more than were
-    accepted, cut where the sequence ended); `finish_reason` when it just ended."""
-
-    seq: Sequence
-    tokens: tuple[Sampled, ...]
-    prompt_logprobs: tuple[TokenLogprobs, ...] | None
-    finish_reason: FinishReason | None
-    is_first: bool
-    drafts: DraftsVerified | None = None  # the step verified drafts for `seq`
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return tuple(t.token_id for t in self.tokens)
-
-
-@dataclass(slots=True)
-class StepStats:
-    """What one `schedule()` did, for the engine's metrics."""
-
-    num_preemptions: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-
-
-def choice_seed(seed: int, choice_idx: int) -> int:
-    """Each choice of a seeded request gets its own stream of randomness."""
-    return (seed * 1_000_003 + choice_idx) % (1 << 63)
+from atom.vocabulary.events import DraftsVerified, FinishReason, Submit
+from atom.vocabulary.images import spans
 
 
 class Scheduler:

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from atom.events import SamplingParams
 from atom.model.runner import Runner, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.vocabulary.events import SamplingParams
 
 if TYPE_CHECKING:
     from atom.model.speculation.proposer import DraftRequest

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from atom.images import PromptImage
 from atom.model.vision.families import VisionFamily
+from atom.vocabulary.images import PromptImage
 
 
 class VisionEncoder:

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import torch
 
-from atom.images import PromptImage
 from atom.model.runner import SeqChunk
 from atom.model.vision.encoder import VisionEncoder
 from atom.model.vision.rope import rope_positions
+from atom.vocabulary.images import PromptImage
 
 Key = tuple[str, int]  # (sequence, the image's first placeholder position)
 

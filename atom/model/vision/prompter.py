@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from atom.images import ImageRef, PromptImage
+from atom.vocabulary.images import ImageRef, PromptImage
 
 
 class ImageRefused(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from atom.images import PromptImage
+from atom.vocabulary.images import PromptImage
 
 
 def rope_positions(

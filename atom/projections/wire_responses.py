@@ -1,6 +1,6 @@
 """OpenAI's Responses API wire format as a projection of a request's events.
 
-The answer's blocks (atom/answer.py) become output items: reasoning → a `reasoning`
+The answer's blocks (atom/projections/answer.py) become output items: reasoning → a `reasoning`
 item, text → a `message` item with one `output_text` part, each tool call → a
 `function_call` item. A length stop makes the response `incomplete` with
 `incomplete_details.reason: max_output_tokens`. Item ids derive from the response
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from atom.answer import Answer, Block, is_content
-from atom.events import (
+from atom.projections.answer import Answer, Block, is_content
+from atom.projections.wire import SSE_PING, Output, dumps, error_output
+from atom.vocabulary.events import (
     ChoiceFinished,
     Event,
     FinishReason,
@@ -25,8 +26,7 @@ from atom.events import (
     TextDelta,
     ToolArgumentsDelta,
 )
-from atom.plan import ResponseShape
-from atom.wire import SSE_PING, Output, dumps, error_output
+from atom.vocabulary.plan import ResponseShape
 
 _ID_PREFIX = {"text": "msg", "thinking": "rs", "tool_use": "fc"}  # an output item's id, by kind
 

@@ -12,7 +12,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from atom.events import (
+from atom.log.legacy import plan_of, with_params
+from atom.projections.renderers import Renderer, renderer_for
+from atom.projections.wire_pooling import PoolingRenderer
+from atom.text.pipeline import ChoicePipeline, pipeline_for
+from atom.vocabulary.events import (
     ChoiceFinished,
     Envelope,
     Event,
@@ -28,10 +32,6 @@ from atom.events import (
     ToolCallStarted,
     WeightsUpdated,
 )
-from atom.legacy import plan_of, with_params
-from atom.renderers import Renderer, renderer_for
-from atom.text.pipeline import ChoicePipeline, pipeline_for
-from atom.wire_pooling import PoolingRenderer
 
 
 @dataclass(slots=True, kw_only=True)

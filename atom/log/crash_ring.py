@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
-from atom.actors.bus import EventBus
-from atom.actors.logger import encoded_line
-from atom.events import Envelope
+from atom.log.writer import encoded_line
+from atom.vocabulary.events import Envelope
 
 log = structlog.get_logger(__name__)
+
+Subscribe = Callable[[Callable[[Envelope], None]], None]  # EventBus.subscribe
 
 WINDOW_S = 300.0  # "the last minutes"
 MAX_EVENTS = 100_000  # a busy server's five minutes can be more: memory stays bounded
@@ -36,12 +38,12 @@ class CrashRing:
         self.path: Path | None = None
 
     @classmethod
-    def on(cls, bus: EventBus, folder: str | None) -> CrashRing | None:
-        """A ring subscribed to `bus`, dumping into `folder` (None: no ring)."""
+    def on(cls, subscribe: Subscribe, folder: str | None) -> CrashRing | None:
+        """A ring subscribed (by the bus's `subscribe`), dumping into `folder` (None: none)."""
         if folder is None:
             return None
         ring = cls(folder)
-        bus.subscribe(ring.keep)
+        subscribe(ring.keep)
         return ring
 
     def keep(self, envelope: Envelope) -> None:

@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from atom.events import Envelope, event_class
+from atom.vocabulary.events import Envelope, event_class
 
 SCHEMA_VERSION = 1
 

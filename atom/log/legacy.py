@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from atom.events import RequestAccepted, RequestReceived
-from atom.plan import Endpoint, RequestPlan, ResponseShape, SamplingParams, TextPlan, ToolPlan
+from atom.vocabulary.events import RequestAccepted, RequestReceived
+from atom.vocabulary.plan import (
+    Endpoint,
+    RequestPlan,
+    ResponseShape,
+    SamplingParams,
+    TextPlan,
+    ToolPlan,
+)
 
 
 def plan_of(received: RequestReceived) -> RequestPlan:

@@ -171,7 +171,7 @@ class Activation(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolingPlan:
-    """What a pooling request reports of its inputs' outputs (atom/wire_pooling.py).
+    """What a pooling request reports of its inputs' outputs (atom/projections/wire_pooling.py).
 
     Each input of the request yields one float vector from the model: an embedding, or
     a cross-encoder's or classifier's logits. `comparisons` pairs inputs by index for

@@ -1,6 +1,6 @@
 """Anthropic's Messages API wire format as a projection of a request's events.
 
-The same events the OpenAI renderers read (atom/wire.py) become content blocks:
+The same events the OpenAI renderers read (atom/projections/wire.py) become content blocks:
 reasoning → `thinking`, text → `text`, each tool call → `tool_use` (its arguments
 parsed into `input`). `stop_reason` is `max_tokens` at the length limit, `tool_use`
 when the answer calls tools, `stop_sequence` when a stop string ended it, else
@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from atom.answer import Answer, Block, is_content
-from atom.events import (
+from atom.projections.answer import Answer, Block, is_content
+from atom.projections.wire import Output, dumps
+from atom.vocabulary.events import (
     ChoiceFinished,
     Event,
     FinishReason,
@@ -27,7 +28,6 @@ from atom.events import (
     TextDelta,
     ToolArgumentsDelta,
 )
-from atom.wire import Output, dumps
 
 _ERROR_TYPES = {
     400: "invalid_request_error",

@@ -7,7 +7,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from atom.events import (
+from atom.projections.usage import RequestUsage
+from atom.vocabulary.events import (
     ChoiceFinished,
     DraftsVerified,
     EngineIdle,
@@ -28,7 +29,6 @@ from atom.events import (
     RequestScheduled,
     TokensSampled,
 )
-from atom.usage import RequestUsage
 
 # vLLM's buckets, so existing dashboards map over.
 # fmt: off

@@ -1,5 +1,5 @@
 """What every command and event is: a frozen record with a stable snake_case wire tag,
-registered so the request log can decode it (atom/request_log.py)."""
+registered so the request log can decode it (atom/log/codec.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Commands are imperative (the Batcher is asked to do something); events are past
 tense (something happened). The request log is the event stream as JSONL, so
 every field here is plain data: ints, floats, strings, tuples and dicts. The engine's
-own events (steps, weights, sleep) are in atom/engine_events.py, re-exported here.
+own events (steps, weights, sleep) are in atom/vocabulary/engine_events.py, re-exported here.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from atom.engine_events import EngineIdle as EngineIdle
-from atom.engine_events import EngineStepped as EngineStepped
-from atom.engine_events import LoraLoaded as LoraLoaded
-from atom.engine_events import LoraUnloaded as LoraUnloaded
-from atom.engine_events import ModelSlept as ModelSlept
-from atom.engine_events import ModelWoke as ModelWoke
-from atom.engine_events import PrefixCacheReset as PrefixCacheReset
-from atom.engine_events import WeightsUpdated as WeightsUpdated
-from atom.event_base import Event as Event
-from atom.event_base import RequestEvent
-from atom.event_base import event_class as event_class
-from atom.event_base import tagged as _tagged
-from atom.images import ImageRef, PromptImage
-from atom.plan import Endpoint, PoolingPlan, RequestPlan, SamplingParams
+from atom.vocabulary.engine_events import EngineIdle as EngineIdle
+from atom.vocabulary.engine_events import EngineStepped as EngineStepped
+from atom.vocabulary.engine_events import LoraLoaded as LoraLoaded
+from atom.vocabulary.engine_events import LoraUnloaded as LoraUnloaded
+from atom.vocabulary.engine_events import ModelSlept as ModelSlept
+from atom.vocabulary.engine_events import ModelWoke as ModelWoke
+from atom.vocabulary.engine_events import PrefixCacheReset as PrefixCacheReset
+from atom.vocabulary.engine_events import WeightsUpdated as WeightsUpdated
+from atom.vocabulary.event_base import Event as Event
+from atom.vocabulary.event_base import RequestEvent
+from atom.vocabulary.event_base import event_class as event_class
+from atom.vocabulary.event_base import tagged as _tagged
+from atom.vocabulary.images import ImageRef, PromptImage
+from atom.vocabulary.plan import Endpoint, PoolingPlan, RequestPlan, SamplingParams
 
 
 class FinishReason(StrEnum):
@@ -113,14 +113,14 @@ class Abort(RequestEvent):
 class RequestReceived(RequestEvent):
     """A generation request passed validation. `body` is the client's JSON body, kept
     for audit; `plan` is what was decided from it (None in logs written before plans:
-    atom/legacy.py derives it)."""
+    atom/log/legacy.py derives it)."""
 
     endpoint: Endpoint
     model: str
     created: int
     body: dict[str, Any] = field(default_factory=dict)
     plan: RequestPlan | None = None
-    owner: str | None = None  # the API key's fingerprint (atom/tenant.py); None: no keys
+    owner: str | None = None  # the API key's fingerprint (atom/vocabulary/tenant.py); None: no keys
 
 
 @_tagged("request_accepted")
@@ -279,7 +279,7 @@ class PoolingRequested(RequestEvent):
     inputs: tuple[PoolingInput, ...]
     plan: PoolingPlan
     body: dict[str, Any] = field(default_factory=dict)
-    owner: str | None = None  # the API key's fingerprint (atom/tenant.py); None: no keys
+    owner: str | None = None  # the API key's fingerprint (atom/vocabulary/tenant.py); None: no keys
 
     @property
     def num_prompt_tokens(self) -> int:

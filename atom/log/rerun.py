@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import trio
 
-from atom.events import (
+from atom.log.legacy import plan_of
+from atom.vocabulary.events import (
     ChoiceFinished,
     Envelope,
     ReasoningDelta,
@@ -32,8 +33,7 @@ from atom.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
 )
-from atom.legacy import plan_of
-from atom.plan import GENERATION_PATHS, Endpoint
+from atom.vocabulary.plan import GENERATION_PATHS, Endpoint
 
 BY_CHOICE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
 

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from atom import wire_logprobs
-from atom.errors import error_body
-from atom.events import (
+from atom.projections import wire_logprobs
+from atom.vocabulary.errors import error_body
+from atom.vocabulary.events import (
     ChoiceFinished,
     Event,
     KeepAliveSent,
@@ -29,7 +29,7 @@ from atom.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
 )
-from atom.plan import Endpoint, ResponseShape
+from atom.vocabulary.plan import Endpoint, ResponseShape
 
 SSE_DONE = b"data: [DONE]\n\n"
 SSE_PING = b": ping\n\n"  # an SSE comment: clients skip it, proxies see bytes flow

@@ -7,7 +7,7 @@ start-up, it comes back after a restart (a deletion is an event too, so it stays
 deleted). Bounded: the least recently used response leaves first.
 
 Each response belongs to the API key that made it (`RequestReceived.owner`): a lookup
-by another key finds nothing (a 404), unless that key sees all (atom/tenant.py).
+by another key finds nothing (a 404), unless that key sees all (atom/vocabulary/tenant.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from atom.events import (
+from atom.projections.wire_responses import ResponsesBodyRenderer
+from atom.vocabulary.events import (
     Envelope,
     RequestAborted,
     RequestEvent,
@@ -25,9 +26,8 @@ from atom.events import (
     RequestReceived,
     ResponseDeleted,
 )
-from atom.plan import Endpoint
-from atom.tenant import Tenant
-from atom.wire_responses import ResponsesBodyRenderer
+from atom.vocabulary.plan import Endpoint
+from atom.vocabulary.tenant import Tenant
 
 MAX_CHAIN = 100  # previous_response_id links a conversation may follow
 

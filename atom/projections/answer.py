@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from atom.events import (
+from atom.vocabulary.events import (
     ChoiceFinished,
     Event,
     ReasoningDelta,

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from atom.events import PromptToken, TokenText
+from atom.vocabulary.events import PromptToken, TokenText
 
 FLOOR = -9999.0
 

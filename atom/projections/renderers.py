@@ -1,17 +1,17 @@
 """The renderer of a response, by its plan's shape: OpenAI's chat and completions
-formats (atom/wire.py), the Responses API's (atom/wire_responses.py) or Anthropic's
-Messages format (atom/wire_anthropic.py).
+formats (`wire.py`), the Responses API's (`wire_responses.py`) or Anthropic's Messages
+format (`wire_anthropic.py`), all in this folder.
 The live request actor and `atom replay` both take it from here."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from atom.events import Event, RequestReceived
-from atom.plan import Endpoint, ResponseShape
-from atom.wire import BodyRenderer, Output, StreamRenderer
-from atom.wire_anthropic import MessagesBodyRenderer, MessagesStreamRenderer
-from atom.wire_responses import ResponsesBodyRenderer, ResponsesStreamRenderer
+from atom.projections.wire import BodyRenderer, Output, StreamRenderer
+from atom.projections.wire_anthropic import MessagesBodyRenderer, MessagesStreamRenderer
+from atom.projections.wire_responses import ResponsesBodyRenderer, ResponsesStreamRenderer
+from atom.vocabulary.events import Event, RequestReceived
+from atom.vocabulary.plan import Endpoint, ResponseShape
 
 
 class Renderer(Protocol):

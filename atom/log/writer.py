@@ -19,8 +19,8 @@ from pathlib import Path
 import structlog
 import trio
 
-from atom.events import Envelope
-from atom.request_log import encode
+from atom.log.codec import encode
+from atom.vocabulary.events import Envelope
 
 log = structlog.get_logger(__name__)
 

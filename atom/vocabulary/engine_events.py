@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atom.event_base import Event
-from atom.event_base import tagged as _tagged
+from atom.vocabulary.event_base import Event
+from atom.vocabulary.event_base import tagged as _tagged
 
 
 @_tagged("engine_stepped")

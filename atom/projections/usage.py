@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atom.events import (
+from atom.vocabulary.events import (
     ChoiceFinished,
     Envelope,
     RequestAccepted,

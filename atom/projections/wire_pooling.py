@@ -12,9 +12,9 @@ import math
 from array import array
 from typing import Any
 
-from atom.events import Event, PoolingFinished, PoolingRequested, RequestFailed
-from atom.plan import Activation, Endpoint, PoolingPlan
-from atom.wire import Output, dumps, error_output
+from atom.projections.wire import Output, dumps, error_output
+from atom.vocabulary.events import Event, PoolingFinished, PoolingRequested, RequestFailed
+from atom.vocabulary.plan import Activation, Endpoint, PoolingPlan
 
 
 class PoolingRenderer:
