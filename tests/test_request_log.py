@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,23 @@ def test_a_line_past_the_limit_is_skipped_without_holding_it(
     assert [e.seq for e in envelopes] == [0]
     assert [number for number, _ in torn] == [1, 2]
     assert "longer than 1000 bytes" in torn[0][1]
+
+
+@pytest.mark.parametrize("echoed", [{"store": False, "background": False},
+                                    {"store": True, "background": True}, {}])  # fmt: skip
+def test_a_shape_logged_before_background_and_store_were_fields_reads_them(
+    echoed: dict[str, bool],
+) -> None:
+    """An older log has a Responses request's `store`/`background` only in the echoed
+    `request_fields`: read back, a `store: false` response stays unstored."""
+    shape = ResponseShape(endpoint=Endpoint.RESPONSES, request_fields={**echoed, "top_p": 1.0})
+    plan = RequestPlan(shape=shape, text=TextPlan(), params=PARAMS)
+    received = RequestReceived(request_id="r", endpoint=Endpoint.RESPONSES, model="m",
+                               created=5, body={}, plan=plan)  # fmt: skip
+    raw = json.loads(encode(Envelope(seq=1, at=0.0, event=received)))
+    del raw["plan"]["shape"]["background"], raw["plan"]["shape"]["store"]  # an older line
+    got = decode(json.dumps(raw)).event
+    assert isinstance(got, RequestReceived) and got.plan is not None
+    assert got.plan.shape.store is echoed.get("store", True)
+    assert got.plan.shape.background is echoed.get("background", False)
+    assert got.plan.shape.request_fields == shape.request_fields

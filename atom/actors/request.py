@@ -174,7 +174,7 @@ class RequestActor:
         assert self._usage is not None
         shape = self._request.plan.shape
         # A background stream's output goes to its tap, which counts events: no pings.
-        pings = shape.stream and not shape.request_fields.get("background")
+        pings = shape.stream and not shape.background
         interval = self._core.sse_ping_interval_s if pings else 0.0
         num_finished = 0
         async with inbox:

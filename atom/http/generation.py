@@ -63,7 +63,7 @@ async def serve_generation(
     except AtomError as error:
         await send_error(send, error, scope["path"])
         return
-    if request.plan.shape.request_fields.get("background"):
+    if request.plan.shape.background:
         await _start_background(engine, core, request, (receive, send), scope["path"])
         return
     async with open_responder(send) as respond:

@@ -48,6 +48,8 @@ def plan(settings: Settings, core: EngineCore, body: ResponsesRequest) -> Planne
         planned = chat.plan(settings, core, parse(ChatCompletionRequest, translated))
     return planned.reshaped(
         endpoint=Endpoint.RESPONSES,
+        background=body.background,
+        store=body.store,
         request_fields=_repeated(body),
         input_items=tuple(item.model_dump(exclude_none=True) for item in items),
     )

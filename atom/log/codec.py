@@ -99,6 +99,10 @@ def _plain(value: Any) -> Any:
 
 
 def _build(cls: type, raw: dict[str, Any]) -> Any:
+    """`cls` from its logged fields; a record whose fields changed reads an older line
+    through its `upgrade_logged`."""
+    if (upgrade := getattr(cls, "upgrade_logged", None)) is not None:
+        raw = upgrade(raw)
     hints = _hints(cls)
     return cls(**{name: _convert(hints[name], value) for name, value in raw.items()})
 

@@ -75,7 +75,7 @@ class ResponsesStore:
         did not finish was never whole, and is dropped."""
         renderer, received = self._pending.pop(event.request_id)
         assert received.plan is not None
-        if not received.plan.shape.request_fields.get("background"):
+        if not received.plan.shape.background:
             return
         if isinstance(event, RequestFailed):
             self._keep(received, renderer.snapshot("failed", event))
@@ -86,7 +86,7 @@ class ResponsesStore:
         plan = received.plan
         if plan is None or plan.shape.endpoint is not Endpoint.RESPONSES:
             return
-        if plan.shape.request_fields.get("store", True):
+        if plan.shape.store:
             self._pending[received.request_id] = (
                 ResponsesBodyRenderer(received, plan.shape),
                 received,

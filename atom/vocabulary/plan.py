@@ -105,7 +105,12 @@ class ResponseShape:
     best_of: int = 1  # choices generated per prompt; the n best are returned
     logprobs: bool = False  # each choice reports its tokens' logprobs
     return_token_ids: bool = False  # prompt and output token ids in the answer (vLLM's)
-    # What a Responses API object repeats of its request (instructions, tools, ...).
+    # The Responses API's: answered whoever waits (no stream pings; cancel by id), and
+    # kept for GET and previous_response_id.
+    background: bool = False
+    store: bool = True
+    # What a Responses API object repeats of its request (instructions, tools, ...), as
+    # the client sent it: echoed on the wire, never read for a decision.
     request_fields: dict[str, Any] = field(default_factory=dict)
     # The Responses API's input as items (GET input_items, previous_response_id).
     input_items: tuple[dict[str, Any], ...] = ()
@@ -118,6 +123,14 @@ class ResponseShape:
     def prompt_index(self, choice_idx: int) -> int:
         """Which prompt a choice continues."""
         return choice_idx // self.best_of
+
+    @staticmethod
+    def upgrade_logged(raw: dict[str, Any]) -> dict[str, Any]:
+        """A shape logged before `background` and `store` were fields had them only in
+        `request_fields` (a stored `store: false` response must stay unstored)."""
+        echoed = raw.get("request_fields") or {}
+        fields = {k: echoed[k] for k in ("background", "store") if k in echoed and k not in raw}
+        return {**raw, **fields}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
