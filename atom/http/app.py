@@ -33,9 +33,10 @@ from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import (
+    CLIENT,
     AtomError,
     Forbidden,
-    InvalidRequest,
+    Kind,
     MethodNotAllowed,
     RouteNotFound,
     Unauthorized,
@@ -199,8 +200,9 @@ async def _http_error(error: HTTPException) -> Response:
         return json_error(MethodNotAllowed(f"method not allowed: {error.description}"))
     if error.code == 404:
         return json_error(RouteNotFound("no such route"))
-    other = (InvalidRequest if (error.code or 500) < 500 else AtomError)(str(error.description))
-    other.status = error.code or 500  # keep the status Quart chose
+    status = error.code or 500  # keep the status Quart chose
+    other = AtomError(str(error.description))
+    other.kind = Kind(status, CLIENT if status < 500 else AtomError.kind.error_type)
     return json_error(other)
 
 

@@ -1,134 +1,77 @@
-"""Error conditions, each with its HTTP status and OpenAI error type, and the one body shape."""
+"""Error conditions, each declared by its `Kind` (HTTP status, OpenAI error type, code,
+Retry-After), and the one body shape."""
+
+# ruff: noqa: E701  (one line per error class below: the table is the declaration)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+CLIENT = "invalid_request_error"
+UNAVAILABLE = "service_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How an error class maps onto HTTP and the OpenAI error body."""
+
+    status: int
+    error_type: str
+    code: str | None = None
+    retry_after_s: int | None = None  # sent as Retry-After: when trying again may succeed
 
 
 class AtomError(Exception):
-    """Base error; `status`, `error_type` and `code` map it onto the OpenAI error body."""
+    """Base error: its class's `kind` says the status, type and code; `code` may be
+    given for one error (a more precise reason than the class's)."""
 
-    status = 500
-    error_type = "server_error"
-    code: str | None = None
-    retry_after_s: int | None = None  # sent as Retry-After: when trying again may succeed
+    kind: Kind = Kind(500, "server_error")  # an error of no declared class may set its own
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
-        if code is not None:
-            self.code = code
+        self.code = code if code is not None else self.kind.code
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    @property
+    def error_type(self) -> str:
+        return self.kind.error_type
+
+    @property
+    def retry_after_s(self) -> int | None:
+        return self.kind.retry_after_s
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, param=self.param, code=self.code)
 
 
-class InvalidRequest(AtomError):
-    status = 400
-    error_type = "invalid_request_error"
-
-
-class ContextTooLong(InvalidRequest):
-    code = "context_length_exceeded"
-
-
-class PayloadTooLarge(InvalidRequest):
-    status = 413
-    code = "payload_too_large"
-
-
-class RequestTimeout(InvalidRequest):
-    status = 408
-    code = "request_timeout"
-
-
-class ModelNotFound(AtomError):
-    status = 404
-    error_type = "invalid_request_error"
-    code = "model_not_found"
-
-
-class RouteNotFound(AtomError):
-    status = 404
-    error_type = "invalid_request_error"
-    code = "not_found"
-
-
-class Unauthorized(AtomError):
-    status = 401
-    error_type = "invalid_request_error"
-    code = "invalid_api_key"
-
-
-class Forbidden(AtomError):
-    status = 403
-    error_type = "invalid_request_error"
-    code = "forbidden"
-
-
-class Conflict(AtomError):
-    status = 409
-    error_type = "invalid_request_error"
-    code = "conflict"
-
-
-class ResponseNotFound(AtomError):
-    status = 404
-    error_type = "invalid_request_error"
-
-
-class MethodNotAllowed(AtomError):
-    status = 405
-    error_type = "invalid_request_error"
-    code = "method_not_allowed"
-
-
-class Overloaded(AtomError):
-    status = 429
-    error_type = "rate_limit_error"
-    code = "server_overloaded"
-    retry_after_s = 1
-
-
-class QueueTimeout(AtomError):
-    """The request waited in the queue longer than --max-queue-wait."""
-
-    status = 503
-    error_type = "service_unavailable"
-    code = "queue_timeout"
-    retry_after_s = 1
-
-
-class EngineNotReady(AtomError):
-    status = 503
-    error_type = "service_unavailable"
-    code = "model_loading"
-    retry_after_s = 5
-
-
-class ServerDraining(AtomError):
-    """A signal asked the server to stop: running requests finish, new ones go elsewhere."""
-
-    status = 503
-    error_type = "service_unavailable"
-    code = "server_draining"
-    retry_after_s = 1
-
-
-class ModelAsleep(AtomError):
-    """POST /sleep freed the model (ATOM_WHILE_ASLEEP=reject): POST /wake_up brings it back."""
-
-    status = 503
-    error_type = "service_unavailable"
-    code = "model_asleep"
-    retry_after_s = 5
-
-
-class EngineFailed(AtomError):
-    status = 500
-    error_type = "server_error"
-    code = "engine_failed"
+# fmt: off
+class InvalidRequest(AtomError): kind = Kind(400, CLIENT)
+class ContextTooLong(InvalidRequest): kind = Kind(400, CLIENT, "context_length_exceeded")
+class PayloadTooLarge(InvalidRequest): kind = Kind(413, CLIENT, "payload_too_large")
+class RequestTimeout(InvalidRequest): kind = Kind(408, CLIENT, "request_timeout")
+class Unauthorized(AtomError): kind = Kind(401, CLIENT, "invalid_api_key")
+class Forbidden(AtomError): kind = Kind(403, CLIENT, "forbidden")
+class ModelNotFound(AtomError): kind = Kind(404, CLIENT, "model_not_found")
+class RouteNotFound(AtomError): kind = Kind(404, CLIENT, "not_found")
+class ResponseNotFound(AtomError): kind = Kind(404, CLIENT)
+class MethodNotAllowed(AtomError): kind = Kind(405, CLIENT, "method_not_allowed")
+class Conflict(AtomError): kind = Kind(409, CLIENT, "conflict")
+class Overloaded(AtomError): kind = Kind(429, "rate_limit_error", "server_overloaded", 1)
+# waited in the queue longer than --max-queue-wait
+class QueueTimeout(AtomError): kind = Kind(503, UNAVAILABLE, "queue_timeout", 1)
+class EngineNotReady(AtomError): kind = Kind(503, UNAVAILABLE, "model_loading", 5)
+# a signal asked the server to stop: running requests finish, new ones go elsewhere
+class ServerDraining(AtomError): kind = Kind(503, UNAVAILABLE, "server_draining", 1)
+# POST /sleep freed the model (--while-asleep reject): POST /wake_up brings it back
+class ModelAsleep(AtomError): kind = Kind(503, UNAVAILABLE, "model_asleep", 5)
+class EngineFailed(AtomError): kind = Kind(500, "server_error", "engine_failed")
+# fmt: on
 
 
 def error_body(
