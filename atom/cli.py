@@ -8,7 +8,6 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import fields
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ import trio
 from atom.log.codec import read_log
 from atom.log.replay import project, reparse
 from atom.log.rerun import Rerun, recorded_requests, summarize
-from atom.vocabulary.config import HELP, Settings, parse_list
+from atom.vocabulary.config import HELP, Settings, naming, parse_list, setting_fields
 from atom.vocabulary.events import Envelope
 
 
@@ -36,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     defaults = Settings()
-    for f in fields(Settings):
+    for f in setting_fields():
         default = getattr(defaults, f.name)
         value = json.dumps(list(default)) if isinstance(default, tuple) else default
         shown = "" if default is None else f"; default: {value}"
@@ -90,12 +89,12 @@ def _serve(args: argparse.Namespace) -> int:
 def settings_of(args: argparse.Namespace) -> Settings:
     """The ATOM_* variables, overridden by the flags of `atom serve` (read exactly as
     their variables are)."""
-    values = {f.name: getattr(args, f.name) for f in fields(Settings)}
+    values = {f.name: getattr(args, f.name) for f in setting_fields()}
     values["model"] = values["model"] or args.model_path
     for name, value in values.items():
         if isinstance(value, list):  # a repeatable flag: each may be a JSON or comma list
-            flag = f"--{name.replace('_', '-')}"
-            values[name] = json.dumps([v for raw in value for v in parse_list(raw, flag)])
+            with naming(name):
+                values[name] = json.dumps([v for raw in value for v in parse_list(raw)])
     flags = {f"ATOM_{k.upper()}": v for k, v in values.items() if v is not None}
     return Settings.from_env({**os.environ, **flags})
 

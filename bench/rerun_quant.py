@@ -23,6 +23,7 @@ import trio
 from atom.http.app import create_app
 from atom.log.codec import read_log
 from atom.log.rerun import Rerun, recorded_requests, summarize
+from atom.vocabulary.choices import Quantization
 from atom.vocabulary.config import Settings
 from bench.run import machine, publish
 from tests.conftest import serving, wait_ready
@@ -52,7 +53,7 @@ def bodies(num_requests: int) -> list[dict[str, Any]]:
 
 
 async def record(log_path: Path, num_requests: int) -> None:
-    app = create_app(Settings(request_log=str(log_path), quantization="off"))
+    app = create_app(Settings(request_log=str(log_path), quantization=Quantization.OFF))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=300) as client:
         await wait_ready(app, timeout_s=600)
         async with trio.open_nursery() as nursery:
@@ -62,7 +63,7 @@ async def record(log_path: Path, num_requests: int) -> None:
 
 
 async def rerun(log_path: Path, quantization: str) -> list[Any]:
-    app = create_app(Settings(quantization=quantization))
+    app = create_app(Settings(quantization=Quantization(quantization)))
     async with serving(app) as url:
         await wait_ready(app, timeout_s=600)
         recorded = recorded_requests(read_log(log_path))

@@ -18,6 +18,7 @@ from atom.model.loader import load_runtime
 from atom.model.runner import SeqChunk, StepPlan
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.sampler import sample
+from atom.vocabulary.choices import Quantization
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import SamplingParams
 
@@ -45,7 +46,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--int8", action="store_true")
     args = p.parse_args()
-    runtime = load_runtime(Settings(quantization="int8" if args.int8 else "off"))
+    runtime = load_runtime(
+        Settings(quantization=Quantization.INT8 if args.int8 else Quantization.OFF)
+    )
     runner = runtime.runner
     blocks_per_seq = (args.context + args.steps + 16) // runner.block_size + 1
     prompt = tuple(range(1000, 1000 + args.context))

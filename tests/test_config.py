@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from atom.model.catalog import ModelKind, served_models
-from atom.vocabulary.config import Settings, unknown_env
+from atom.text import parsers
+from atom.vocabulary.choices import (
+    LoraModule,
+    Quantization,
+    ReasoningParser,
+    ToolCallParser,
+)
+from atom.vocabulary.config import Settings, setting_fields, unknown_env
 
 
 def test_environment_variables_parse_by_field_type() -> None:
@@ -61,7 +67,7 @@ def test_every_setting_has_a_flag_with_its_help_and_default(
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for f in fields(Settings):
+    for f in setting_fields():
         assert f"--{f.name.replace('_', '-')}" in text and f"ATOM_{f.name.upper()}" in text
     wait = "seconds a request may wait in the queue; then a 503"
     assert f"{wait} (env ATOM_MAX_QUEUE_WAIT; default: 120.0)" in text
@@ -125,7 +131,60 @@ def test_every_setting_is_documented_with_its_flag_and_variable() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     missing = [
         f.name
-        for f in fields(Settings)
+        for f in setting_fields()
         if f"--{f.name.replace('_', '-')}" not in doc or f"ATOM_{f.name.upper()}" not in doc
     ]
     assert missing == []
+
+
+def test_words_become_enums_and_json_its_records_when_the_settings_are_made() -> None:
+    s = Settings.from_env({
+        "ATOM_QUANTIZATION": "int8", "ATOM_ENABLE_LORA": "1", "ATOM_LORA_MODULES": "a=/x",
+        "ATOM_DEFAULT_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
+        "ATOM_LIMIT_MM_PER_PROMPT": '{"image": 2}',
+        "ATOM_SPECULATIVE_CONFIG": '{"method": "ngram", "num_speculative_tokens": 3}',
+    })  # fmt: skip
+    assert s.quantization is Quantization.INT8 and s.quantization == "int8"
+    assert s.loras == (LoraModule(name="a", path="/x"),)
+    assert s.chat_template_kwargs == {"enable_thinking": False} and s.max_images == 2
+    assert s.speculative is not None and s.speculative.num_speculative_tokens == 3
+    assert Settings.from_env(s.to_env()) == s  # the parsed records are not variables
+    assert Settings(quantization="int4").quantization is Quantization.INT4  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("quantization", "int3", "expected auto, off, int8 or int4, got 'int3'"),
+        ("tool_call_parser", "hermez", "expected hermes, qwen,"),
+        ("speculative_config", '{"method": "magic"}', "method must be one of"),
+        ("default_chat_template_kwargs", "[1]", "expected a JSON object"),
+        ("limit_mm_per_prompt", '{"video": 1}', "only images are served"),
+        ("lora_modules", "just-a-name", "expected name=path"),
+        ("max_num_seqs", "many", "invalid literal"),
+    ],
+)
+def test_a_bad_setting_names_its_flag_and_variable_however_it_came_in(
+    name: str, raw: str, says: str
+) -> None:
+    from atom.cli import parser, settings_of
+
+    named = f"--{name.replace('_', '-')} (ATOM_{name.upper()}): "
+    with pytest.raises(ValueError) as by_env:
+        Settings.from_env({f"ATOM_{name.upper()}": raw, "ATOM_ENABLE_LORA": "true"})
+    with pytest.raises(ValueError) as by_flag:
+        settings_of(parser().parse_args(["serve", f"--{name.replace('_', '-')}", raw]))
+    for error in (by_env.value, by_flag.value):
+        assert str(error).startswith(named) and says in str(error), error
+
+
+def test_settings_that_need_another_are_refused_together() -> None:
+    with pytest.raises(ValueError, match="--reasoning-budget needs --reasoning-parser"):
+        Settings(reasoning_budget=10)
+    with pytest.raises(ValueError, match="--lora-modules needs --enable-lora"):
+        Settings(lora_modules=("a=/x",))
+
+
+def test_every_parser_name_has_a_format_and_every_format_a_name() -> None:
+    assert set(parsers.TOOL_PARSERS) == set(ToolCallParser)
+    assert set(parsers.REASONING_PARSERS) == set(ReasoningParser)

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from atom.vocabulary.config import Settings
+
 SCRIPT = """
 import structlog
 from atom.logs import configure_logging
@@ -30,5 +32,5 @@ def test_json_lines_and_console_lines_both_name_the_request() -> None:
     assert record["request_id"] == "chatcmpl-1" and record["event"] == "request_crashed"
     console = log_line("console")
     assert "request_crashed" in console and "request_id=chatcmpl-1" in console
-    with pytest.raises(subprocess.CalledProcessError):
-        log_line("xml")
+    with pytest.raises(ValueError, match=r"--log-format \(ATOM_LOG_FORMAT\): expected json or"):
+        Settings(log_format="xml")  # type: ignore[arg-type]

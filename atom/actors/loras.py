@@ -10,42 +10,15 @@ use the adapter).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import trio
 
 from atom.actors.cores import EngineCore
 from atom.model.catalog import check_name
+from atom.vocabulary.choices import LoraModule
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import AtomError, InvalidRequest
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoraModule:
-    """One `--lora-modules` entry: `name=path`, or vLLM's JSON object form."""
-
-    name: str
-    path: str
-    base_model_name: str | None = None  # None: the first generation model
-
-
-def parse_lora_modules(entries: tuple[str, ...]) -> tuple[LoraModule, ...]:
-    """The `--lora-modules` entries; ValueError naming a malformed one."""
-    modules = []
-    for entry in entries:
-        if entry.lstrip().startswith("{"):
-            raw = json.loads(entry)
-            if not isinstance(raw.get("name"), str) or not isinstance(raw.get("path"), str):
-                raise ValueError(f"--lora-modules: {entry!r} needs a `name` and a `path`")
-            base = raw.get("base_model_name")
-            modules.append(LoraModule(name=raw["name"], path=raw["path"], base_model_name=base))
-        else:
-            name, equals, path = entry.partition("=")
-            if not equals or not name.strip() or not path.strip():
-                raise ValueError(f"--lora-modules: expected name=path, got {entry!r}")
-            modules.append(LoraModule(name=name.strip(), path=path.strip()))
-    return tuple(modules)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +35,7 @@ class LoraCard:
 class Loras:
     def __init__(self, settings: Settings) -> None:
         self.is_enabled = settings.enable_lora
-        self.modules = parse_lora_modules(settings.lora_modules)
-        if self.modules and not self.is_enabled:
-            raise ValueError("--lora-modules needs --enable-lora")
-        if settings.max_loras < 1 or settings.max_lora_rank < 1:
-            raise ValueError("--max-loras and --max-lora-rank must be at least 1")
+        self.modules = settings.loras
         self.cards: dict[str, LoraCard] = {}  # routed adapters, by name
 
     def at_start(self, base: str, is_first_generation: bool) -> list[LoraModule]:

@@ -19,10 +19,10 @@ from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.speculation.config import SpeculativeConfig
 from atom.projections.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 from atom.vocabulary.config import Settings
+from atom.vocabulary.speculative import SpeculativeConfig
 
 log = structlog.get_logger(__name__)
 

@@ -28,9 +28,9 @@ from atom.actors.profiler import Phases
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.heap import loading, thaw_heap
 from atom.model.runner import Runtime
-from atom.model.speculation.config import parse_speculative_config
 from atom.projections.responses_store import ResponsesStore
-from atom.vocabulary.config import Settings, check_choice
+from atom.vocabulary.choices import Quantization
+from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import (
     AtomError,
     Conflict,
@@ -79,9 +79,7 @@ class Models:
         self._stopped = trio.Event()  # stop() was called: run() returns once actors end
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
-        check_choice("scheduling-policy", settings.scheduling_policy, ("fcfs", "priority"))
-        check_choice("while-asleep", settings.while_asleep, ("reject", "wait"))
-        self._speculation = parse_speculative_config(settings.speculative_config)
+        self._speculation = settings.speculative
         self._parts = ActorParts(
             settings=settings,
             bus=bus,
@@ -266,7 +264,7 @@ class Models:
         return loaded
 
     def _with_draft(
-        self, loaded: Runtime, spec: ModelSpec, source: str, quantization: str | None
+        self, loaded: Runtime, spec: ModelSpec, source: str, quantization: Quantization | None
     ) -> Runtime:
         """`loaded` with the draft model at `source` beside it: the same settings but its
         own quantization if named, its own KV cache of --kv-cache-memory-bytes; refused

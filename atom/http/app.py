@@ -25,10 +25,8 @@ from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
-from atom.http.chat import check_parser_names
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
-from atom.http.media import MediaPolicy
 from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.vocabulary.config import Settings
@@ -143,8 +141,6 @@ def create_app(
 ) -> AtomApp:
     """The server. With `on_drained` (the served app's is `exit_drained`), SIGTERM and
     SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
-    check_parser_names(settings)
-    MediaPolicy.of(settings)  # a bad --limit-mm-per-prompt fails the start-up
     access = Access(settings)  # an empty key fails the start-up
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)

@@ -8,7 +8,6 @@ grammar over the output.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from atom.http.sampling import Asked, sampling_params
 from atom.http.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from atom.http.structured import constraint_of
 from atom.text import constraints
-from atom.text.parsers import SPECIAL_TOKEN_PARSERS, reasoning_format, tool_format
+from atom.text.parsers import SPECIAL_TOKEN_PARSERS
 from atom.text.prompt import TemplateControls, render_chat
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
@@ -53,25 +52,6 @@ class _Tools:
     template_kwargs: dict[str, Any]
     plan: ToolPlan | None
     grammar: str | None = None  # enforces tool_choice "required" or a named function
-
-
-def check_parser_names(settings: Settings) -> None:
-    """Fail at start-up, not on the first request, for an unknown parser name."""
-    if settings.tool_call_parser:
-        tool_format(settings.tool_call_parser)
-    if settings.reasoning_parser:
-        reasoning_format(settings.reasoning_parser)
-    elif settings.reasoning_budget is not None:
-        raise ValueError("--reasoning-budget needs --reasoning-parser")
-    default_template_kwargs(settings)
-
-
-def default_template_kwargs(settings: Settings) -> dict[str, Any]:
-    raw = settings.default_chat_template_kwargs
-    kwargs = json.loads(raw) if raw else {}
-    if not isinstance(kwargs, dict):
-        raise ValueError("--default-chat-template-kwargs must be a JSON object")
-    return kwargs
 
 
 def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> Planned:
@@ -259,7 +239,7 @@ def _tools(settings: Settings, body: ChatCompletionRequest) -> _Tools:
     choice = body.tool_choice
     tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
     effort = {"reasoning_effort": body.reasoning_effort} if body.reasoning_effort else {}
-    kwargs = {**default_template_kwargs(settings), **effort, **(body.chat_template_kwargs or {})}
+    kwargs = {**settings.chat_template_kwargs, **effort, **(body.chat_template_kwargs or {})}
     if choice is not None and choice not in ("none", "auto"):
         return _forced(body, tools, kwargs)
     if choice == "none" or not tools:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from quart_trio import QuartTrio
 from atom.actors.engine import Engine
 from atom.actors.probe import probe_all
 from atom.projections.wire import dumps
+from atom.vocabulary.config import setting_fields
 from atom.vocabulary.errors import EngineFailed, EngineNotReady, ServerDraining
 
 
@@ -53,8 +53,9 @@ def register_info(app: QuartTrio, engine: Engine) -> None:
     @app.get("/server_info")
     async def server_info() -> Response:
         """What this server runs: version, settings (keys hidden), each model as loaded."""
-        settings = dataclasses.asdict(engine.settings)
-        settings["api_key"] = ["<hidden>"] * len(engine.settings.api_key)
+        settings = {f.name: getattr(engine.settings, f.name) for f in setting_fields()}
+        for secret in ("api_key", "admin_api_key"):
+            settings[secret] = ["<hidden>"] * len(settings[secret])
         models = [
             {**_card(engine, name), **engine.models.description_of(name)}
             for name in engine.models.specs

@@ -18,7 +18,6 @@ import binascii
 import functools
 import hashlib
 import io
-import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -29,11 +28,11 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from atom.vocabulary.choices import IMAGES_PER_PROMPT
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 
 FORMATS = {"PNG", "JPEG", "WEBP", "GIF"}
-IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's default
 MEDIA_TYPES = {"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"}
 WEB_SCHEMES = ("http", "https")
 
@@ -80,22 +79,8 @@ class MediaPolicy:
             fetch_timeout_s=settings.media_fetch_timeout,
             max_bytes=settings.max_media_bytes,
             max_pixels=settings.max_image_pixels,
-            max_images=image_limit(settings.limit_mm_per_prompt),
+            max_images=settings.max_images,
         )
-
-
-def image_limit(raw: str | None) -> int:
-    """`--limit-mm-per-prompt` (vLLM's JSON object, e.g. `{"image": 4}`): images a prompt
-    may hold. ValueError on anything else."""
-    if not raw:
-        return IMAGES_PER_PROMPT
-    value = json.loads(raw)
-    if not isinstance(value, dict) or not all(isinstance(v, int) for v in value.values()):
-        raise ValueError('--limit-mm-per-prompt must be a JSON object such as {"image": 4}')
-    unknown = set(value) - {"image"}
-    if unknown:
-        raise ValueError(f"--limit-mm-per-prompt: only images are served, not {sorted(unknown)}")
-    return int(value.get("image", IMAGES_PER_PROMPT))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

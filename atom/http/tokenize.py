@@ -11,7 +11,7 @@ from atom.actors.engine import Engine
 from atom.http import messages
 from atom.http.anthropic_schemas import CountTokensRequest
 from atom.http.body import request_json
-from atom.http.chat import conversation_prompt, default_template_kwargs
+from atom.http.chat import conversation_prompt
 from atom.http.errors import parse
 from atom.http.fetch import plan_off_loop
 from atom.http.prompts import check_prompt_size
@@ -57,7 +57,7 @@ def _token_ids(settings: Settings, core: EngineCore, body: TokenizeRequest) -> t
         num_chars = sum(len(m.as_template_message()["content"]) for m in body.messages)
         check_prompt_size(num_chars, core.max_prompt_chars, param="messages")
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in body.tools or []]
-        kwargs = {**default_template_kwargs(settings), **(body.chat_template_kwargs or {})}
+        kwargs = {**settings.chat_template_kwargs, **(body.chat_template_kwargs or {})}
         ids, _ = conversation_prompt(
             settings,
             core,

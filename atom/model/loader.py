@@ -317,18 +317,11 @@ def device_and_dtype(settings: Settings) -> tuple[str, str]:
     return device, settings.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
 
 
-KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
-
-
 def kv_cache_dtype(choice: str, dtype_name: str, forms: Mapping[str, str]) -> str:
     """The KV cache's element type for `--kv-cache-dtype` `choice`: `auto` is float16
     when any layer runs quantized (`forms`, what `quantize` chose) on float32, as
     llama.cpp's default cache (attention reads half the bytes; the activations are
     rounded to int8 anyway), else the model's own dtype."""
-    if choice not in KV_CACHE_DTYPES:
-        raise ValueError(
-            f"unknown --kv-cache-dtype {choice!r} (one of {', '.join(KV_CACHE_DTYPES)})"
-        )
     if choice != "auto":
         return choice
     quantized = any(form != "float" for form in forms.values())

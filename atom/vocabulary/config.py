@@ -5,10 +5,34 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+from atom.vocabulary.choices import (
+    IMAGES_PER_PROMPT,
+    CpuKernels,
+    KVCacheDtype,
+    LogFormat,
+    LogLevel,
+    LoraModule,
+    ModelImpl,
+    Quantization,
+    ReasoningParser,
+    SchedulingPolicy,
+    ToolCallParser,
+    WhileAsleep,
+    images_per_prompt,
+    json_object,
+    lora_modules,
+    word,
+)
+from atom.vocabulary.speculative import SpeculativeConfig, parse_speculative_config
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,29 +49,29 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
-    speculative_config: str | None = None  # a JSON object, as vLLM's
+    speculative_config: str | None = None  # a JSON object, as vLLM's: see `speculative`
     enable_lora: bool = False  # serve LoRA adapters (docs/lora.md)
-    lora_modules: tuple[str, ...] = ()  # name=path, or vLLM's JSON object form
+    lora_modules: tuple[str, ...] = ()  # name=path, or vLLM's JSON object: see `loras`
     max_loras: int = 1  # adapters one step may mix (vLLM's default)
     max_lora_rank: int = 16  # the largest rank an adapter may have (vLLM's default)
-    quantization: str = "auto"
-    kv_cache_dtype: str = "auto"  # or float32, float16, bfloat16
-    cpu_kernels: str = "auto"
-    model_impl: str = "auto"
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
+    quantization: Quantization = Quantization.AUTO
+    kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
+    cpu_kernels: CpuKernels = CpuKernels.AUTO
+    model_impl: ModelImpl = ModelImpl.AUTO
+    tool_call_parser: ToolCallParser | None = None
+    reasoning_parser: ReasoningParser | None = None
     reasoning_budget: int | None = None  # reasoning tokens a chat answer may spend by default
-    default_chat_template_kwargs: str | None = None  # a JSON object
+    default_chat_template_kwargs: str | None = None  # a JSON object: see `chat_template_kwargs`
     exclude_tools_when_tool_choice_none: bool = False
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
     allowed_local_media_path: str | None = None  # file:// images only under this folder
     allowed_media_domains: tuple[str, ...] = ()  # hosts images may be fetched from ("*": any)
-    limit_mm_per_prompt: str | None = None  # vLLM's JSON object, e.g. {"image": 4}
+    limit_mm_per_prompt: str | None = None  # vLLM's {"image": 4}: see `max_images`
     media_fetch_timeout: float = 5.0  # seconds an image fetch may take
     max_media_bytes: int = 20 * 1024 * 1024  # a larger image is a 400
     max_image_pixels: int = 4096 * 4096  # a larger image is a 400, refused before decoding
     max_queued_requests: int = 256
-    scheduling_policy: str = "fcfs"  # or "priority": a request's priority orders admission
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS  # priority: by request
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
     body_timeout: float = 30.0  # seconds for a request body to arrive before a 408
     max_request_body_bytes: int = 32 * 1024 * 1024  # a larger body is a 413
@@ -56,7 +80,7 @@ class Settings:
     sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
     stream_stall_timeout: float = 60.0  # a response the client stops reading is aborted (0: off)
     watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
-    while_asleep: str = "reject"  # after POST /sleep: "reject" (503) or "wait" (queued)
+    while_asleep: WhileAsleep = WhileAsleep.REJECT  # after POST /sleep: 503, or queued
     profile_dir: str | None = None  # POST /start_profile writes traces here (else 404)
     responses_store_max: int = 1000  # stored Responses API responses
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
@@ -79,39 +103,95 @@ class Settings:
     device: str | None = None
     dtype: str | None = None
     num_threads: int | None = None
-    log_level: str = "info"
-    log_format: str = "json"  # or "console"
+    log_level: LogLevel = LogLevel.INFO
+    log_format: LogFormat = LogFormat.JSON
+    # Parsed from the JSON-valued settings above when the record is made (never re-read).
+    speculative: SpeculativeConfig | None = field(init=False, compare=False, default=None)
+    loras: tuple[LoraModule, ...] = field(init=False, compare=False, default=())
+    chat_template_kwargs: Mapping[str, Any] = field(init=False, compare=False, default_factory=dict)
+    max_images: int = field(init=False, compare=False, default=IMAGES_PER_PROMPT)
+
+    def __post_init__(self) -> None:
+        """Every setting checked once, here: words become their enums, JSON its records;
+        a ValueError names the flag and its variable, however the value came in."""
+        for f in setting_fields():
+            with naming(f.name):
+                kind = _HINTS[f.name]
+                value = getattr(self, f.name)
+                if isinstance(kind, type) and issubclass(kind, StrEnum) and value is not None:
+                    object.__setattr__(self, f.name, word(kind, value))
+        parsed: dict[str, tuple[str, Callable[[Any], Any]]] = {
+            "speculative": ("speculative_config", parse_speculative_config),
+            "loras": ("lora_modules", lora_modules),
+            "chat_template_kwargs": ("default_chat_template_kwargs", _read_only_object),
+            "max_images": ("limit_mm_per_prompt", images_per_prompt),
+        }
+        for name, (source, parse) in parsed.items():
+            with naming(source):
+                object.__setattr__(self, name, parse(getattr(self, source)))
+        _check_together(self)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read `ATOM_<FIELD>` variables; unset ones keep their defaults."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for f in fields(cls):
+        for f in setting_fields():
             raw = env.get(f"ATOM_{f.name.upper()}")
             if raw is not None and raw != "":
-                values[f.name] = _parse(f, raw)
+                with naming(f.name):
+                    values[f.name] = _parse(f, raw)
         return cls(**values)
 
     def to_env(self) -> dict[str, str]:
         """The `ATOM_*` variables that reproduce these settings (for hypercorn's import)."""
         return {
             f"ATOM_{f.name.upper()}": _unparse(getattr(self, f.name))
-            for f in fields(self)
+            for f in setting_fields()
             if getattr(self, f.name) is not None
         }
 
 
-def check_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
-    """A setting that takes one of a few words: ValueError naming the flag otherwise."""
-    if value not in allowed:
-        raise ValueError(f"--{flag}: expected {' or '.join(allowed)}, got {value!r}")
+def setting_fields() -> tuple[dataclasses.Field[Any], ...]:
+    """The settings a flag and a variable give (not the records parsed from them)."""
+    return tuple(f for f in fields(Settings) if f.init)
+
+
+_HINTS = typing.get_type_hints(Settings)
+_HINTS = {
+    name: next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    for name, hint in _HINTS.items()
+}  # fmt: skip  (X | None: X)
+
+
+@contextmanager
+def naming(name: str) -> Iterator[None]:
+    """A ValueError raised inside names the setting as a flag and as a variable."""
+    try:
+        yield
+    except ValueError as error:
+        flag = f"--{name.replace('_', '-')} (ATOM_{name.upper()})"
+        raise ValueError(f"{flag}: {error}") from None
+
+
+def _read_only_object(raw: str | None) -> Mapping[str, Any]:
+    return MappingProxyType(json_object(raw))
+
+
+def _check_together(settings: Settings) -> None:
+    """Settings that only mean something with another."""
+    if settings.reasoning_budget is not None and settings.reasoning_parser is None:
+        raise ValueError("--reasoning-budget needs --reasoning-parser")
+    if settings.loras and not settings.enable_lora:
+        raise ValueError("--lora-modules needs --enable-lora")
+    if settings.max_loras < 1 or settings.max_lora_rank < 1:
+        raise ValueError("--max-loras and --max-lora-rank must be at least 1")
 
 
 def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """`ATOM_*` variables that name no setting (a typo would otherwise be ignored)."""
     env = os.environ if environ is None else environ
-    known = {f"ATOM_{f.name.upper()}" for f in fields(Settings)}
+    known = {f"ATOM_{f.name.upper()}" for f in setting_fields()}
     return sorted(name for name in env if name.startswith("ATOM_") and name not in known)
 
 
@@ -204,14 +284,14 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
         return float(raw)
     if kind.startswith("bool"):
         if raw.lower() not in _BOOLS:
-            raise ValueError(f"ATOM_{f.name.upper()}: expected true or false, got {raw!r}")
+            raise ValueError(f"expected true or false, got {raw!r}")
         return _BOOLS[raw.lower()]
     if kind.startswith("tuple"):
-        return parse_list(raw, f"ATOM_{f.name.upper()}")
+        return parse_list(raw)
     return raw
 
 
-def parse_list(raw: str, name: str) -> tuple[str, ...]:
+def parse_list(raw: str) -> tuple[str, ...]:
     """vLLM's JSON form (`'["a", "b"]'`) or a plain comma-separated list. A JSON object
     (`--lora-modules '{"name": ...}'`), alone or in the list, is one entry, kept as JSON."""
     text = raw.lstrip()
@@ -220,7 +300,7 @@ def parse_list(raw: str, name: str) -> tuple[str, ...]:
     if text.startswith("["):
         value = json.loads(raw)
         if not isinstance(value, list) or not all(isinstance(v, str | dict) for v in value):
-            raise ValueError(f"{name}: expected a JSON list of strings, got {raw!r}")
+            raise ValueError(f"expected a JSON list of strings, got {raw!r}")
         return tuple(v if isinstance(v, str) else json.dumps(v) for v in value)
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 

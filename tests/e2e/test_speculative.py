@@ -1,4 +1,4 @@
-"""Speculative decoding served for real: the default model answers 12 greedy requests
+"""Speculative decoding served for real: the default model answers 8 greedy requests
 (stop strings, structured output, logprobs, streams) with drafts exactly as without
 them: n-gram drafts in float32, alone and batched, and suffix drafts and a draft model
 (the default model again: the only one here with its tokenizer) on the default integer
@@ -38,24 +38,12 @@ REPEATING = [
     f"Copy this code exactly:\n{CODE}",
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox.",
     "List the numbers from 1 to 30 separated by commas.",
-    "Quote the first sentence: 'Paris is the capital of France. It has the Eiffel Tower.'",
-    "Write the word hello ten times.",
-    "Translate to French: good morning, good evening, good night, good morning.",
-    "Spell the word banana letter by letter, then spell it again.",
-    "Write a Python list of the first ten square numbers.",
-    "Write an HTML table with two rows of two cells.",
 ]
 FREE = [
     "Write a short poem about the sea.",
     "What is the capital of France?",
     "Explain what a hash map is in two sentences.",
     "Give one tip for learning a language.",
-    "Why is the sky blue?",
-    "Name three fruits.",
-    "What does a compiler do?",
-    "Describe a cat in one sentence.",
-    "What is 12 times 12?",
-    "Say something kind.",
 ]
 PERSON = {
     "type": "json_schema",
@@ -90,7 +78,7 @@ def body(i: int, prompt: str) -> dict[str, Any]:
     return out
 
 
-PROMPTS = REPEATING[:6] + FREE[:6]  # drafts get accepted, and some answers are free
+PROMPTS = REPEATING + FREE  # drafts get accepted, and some answers are free
 BODIES = [body(i, p) for i, p in enumerate(PROMPTS)]
 
 
@@ -208,10 +196,10 @@ def test_alone_the_answers_are_the_same_with_drafts_accepted(
 ) -> None:
     plain, spec = pairs(method)
     before = accepted_tokens(spec)
-    got = answers(spec, together=False)
+    got = first_answers(spec)
     assert_same(got, first_answers(plain), SPECULATION[method][0])
     assert accepted_tokens(spec) - before > 30
-    assert json.loads(got[-1][0])["choices"][0]["message"]["content"].startswith("{")
+    assert visible(got[-1][0])[0].startswith("{")  # the structured answer, streamed
 
 
 def test_batched_the_answers_are_the_same(pairs: Callable[[str], Pair]) -> None:
@@ -227,7 +215,7 @@ def test_the_log_records_the_drafts_and_replays_to_the_bytes_sent(
     pairs: Callable[[str], Pair],
 ) -> None:
     _, spec = pairs("ngram")
-    received = {response_id(raw): raw for raw, _ in answers(spec, together=False)}
+    received = {response_id(raw): raw for raw, _ in first_answers(spec)}  # already logged
     time.sleep(0.5)  # the logger writes after each burst of events
     command = [sys.executable, "-m", "atom.cli", "replay", str(spec.log_path), "--json"]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout

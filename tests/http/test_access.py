@@ -113,7 +113,9 @@ async def test_by_default_every_origin_is_allowed(tokenizer: Any) -> None:
 
 
 async def test_version_and_server_info_never_show_the_keys(tokenizer: Any) -> None:
-    settings = Settings(api_key=("secret-key",), model=("SmolLM2-135M-Instruct",))
+    settings = Settings(
+        api_key=("secret-key",), admin_api_key=("admin-key",), model=("SmolLM2-135M-Instruct",)
+    )
     app = create_app(settings, load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await wait_ready(app)
@@ -123,6 +125,7 @@ async def test_version_and_server_info_never_show_the_keys(tokenizer: Any) -> No
         refused = await client.get("/server_info")
     assert version.json()["version"] == importlib.metadata.version("atom")
     assert "secret-key" not in info.text and info.json()["settings"]["api_key"] == ["<hidden>"]
+    assert "admin-key" not in info.text  # a key that sees all is no key's to read
     assert info.json()["settings"]["max_num_seqs"] == settings.max_num_seqs
     assert [m["id"] for m in info.json()["models"]] == ["SmolLM2-135M-Instruct"]
     assert refused.status_code == 401

@@ -52,7 +52,7 @@ def app(tokenizer: Any) -> Any:
         runner = FakeRunner(eos_token_id=tokenizer.eos_token_id, script=script, step_delay_s=0.01)
         return Runtime(runner=runner, tokenizer=tokenizer, max_model_len=2048)
 
-    settings = Settings(model=(MODEL,), tool_call_parser="exploding")
+    settings = Settings(model=(MODEL,), tool_call_parser="hermes")  # made to explode
     return create_app(settings, load=load)
 
 
@@ -68,7 +68,7 @@ async def streamed(http: httpx.AsyncClient, body: dict[str, Any]) -> list[Any]:
 async def test_a_fault_in_one_requests_parser_ends_that_request_alone(
     tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(parsers.TOOL_PARSERS, "exploding", lambda tools: Exploding())
+    monkeypatch.setitem(parsers.TOOL_PARSERS, "hermes", lambda tools: Exploding())
     served = app(tokenizer)
     seen: list[Any] = []
     served.engine.bus.subscribe(seen.append)

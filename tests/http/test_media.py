@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atom.http.media import MediaPolicy, image_limit, load_image
+from atom.http.media import MediaPolicy, load_image
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.images import without_image_bytes
@@ -66,12 +66,11 @@ def test_refusals_name_the_field(tmp_path: Path) -> None:
 
 
 def test_the_image_limit_reads_vllms_json() -> None:
-    assert image_limit(None) == 8
-    assert image_limit('{"image": 2}') == 2
+    assert Settings().max_images == 8
     assert MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3}')).max_images == 3
-    for bad in ('["image"]', '{"image": "two"}', '{"video": 1}'):
+    for bad in ('["image"]', '{"image": "two"}', '{"video": 1}', '{"image": true}'):
         with pytest.raises(ValueError, match="limit-mm-per-prompt"):
-            image_limit(bad)
+            Settings(limit_mm_per_prompt=bad)
 
 
 def test_the_logged_body_keeps_no_image_bytes() -> None:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from atom.model.speculation.config import SpeculativeConfig, parse_speculative_config
 from atom.model.speculation.ngram import NgramIndex
+from atom.vocabulary.speculative import SpeculativeConfig, parse_speculative_config
 
 
 def brute_force(tokens: list[int], min_n: int, max_n: int, k: int) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from atom.model.loader import (
     kv_cache_dtype,
     open_gguf,
 )
+from atom.vocabulary.config import Settings
 from tests.model.tiny import TINY, cpu_ops, tiny_model
 
 PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -143,8 +144,8 @@ def test_the_kv_cache_is_float16_by_default_only_where_layers_run_quantized() ->
     assert kv_cache_dtype("auto", "bfloat16", {}) == "bfloat16"  # CUDA
     assert kv_cache_dtype("float32", "float32", {"qkv_proj": "Q4_1"}) == "float32"
     assert kv_cache_dtype("bfloat16", "float32", {}) == "bfloat16"
-    with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8'"):
-        kv_cache_dtype("fp8", "float32", {})
+    with pytest.raises(ValueError, match=r"--kv-cache-dtype \(ATOM_KV_CACHE_DTYPE\): expected"):
+        Settings(kv_cache_dtype="fp8")  # type: ignore[arg-type]
 
 
 def test_after_quantizing_no_kept_tensor_views_the_loaded_weights() -> None:

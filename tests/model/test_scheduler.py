@@ -5,8 +5,8 @@ import dataclasses
 from atom.model.runner import Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.speculation.config import SpeculativeConfig
 from atom.vocabulary.events import FinishReason, SamplingParams, Submit
+from atom.vocabulary.speculative import SpeculativeConfig
 from tests.model.tiny import plan_step
 
 EOS = 0

@@ -19,8 +19,8 @@ from atom.model.forward.quantization import quantize
 from atom.model.runner import Runner, Sampled
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.speculation.config import SpeculativeConfig
 from atom.vocabulary.events import SamplingParams, Submit
+from atom.vocabulary.speculative import SpeculativeConfig
 from tests.model.tiny import BLOCK, PROMPTS, cpu_ops, plan_step, torch_runner
 
 NGRAM = SpeculativeConfig(

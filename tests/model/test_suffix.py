@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.suffix import SuffixIndex
+from atom.vocabulary.speculative import SpeculativeConfig
 
 CONFIG = SpeculativeConfig(method="suffix", num_speculative_tokens=8, max_tree_depth=24)
 

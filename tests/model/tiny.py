@@ -17,11 +17,11 @@ from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.speculation.config import SpeculativeConfig
 from atom.model.torch_runner import TorchRunner
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import SamplingParams, Submit
 from atom.vocabulary.images import PromptImage
+from atom.vocabulary.speculative import SpeculativeConfig
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 TINY = {

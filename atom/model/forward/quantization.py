@@ -32,7 +32,6 @@ from atom.model.forward.blocks import Q4_1, Q5_1, Q6_K, Q8_0, BlockFormat, Block
 from atom.model.forward.gguf_blocks import HOLDS, GgufFile
 from atom.model.forward.int8 import Int8Linear
 
-METHODS = ("auto", "off", "int8", "int4")
 FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64"})
 # transformers' Linear names (and ATOM's fused ones) -> the GGUF tensors they come from
 GGUF_PARTS = {
@@ -61,8 +60,6 @@ def quantize(
     module; `gguf_types`: the source GGUF's tensor types by tensor name; `gguf_file`: the
     GGUF the weights were loaded from, open, for its 4-bit blocks). Returns the form each
     layer kind took, e.g. {"qkv_proj": "Q4_1", "lm_head": "Q8_0 (from Q6_K)"}."""
-    if method not in METHODS:
-        raise ValueError(f"unknown --quantization {method!r} (one of {', '.join(METHODS)})")
     if method == "off" or (method == "auto" and (gguf_types is None or kernels is None)):
         return {}
     if not device.startswith("cpu"):

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, choice_seed
-from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 from atom.vocabulary.events import DraftsVerified, FinishReason, Submit
 from atom.vocabulary.images import spans
+from atom.vocabulary.speculative import SpeculativeConfig
 
 
 class Scheduler:

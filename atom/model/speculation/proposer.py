@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from atom.model.runner import Runner
-from atom.model.speculation.config import SpeculativeConfig
 from atom.model.speculation.draft import DraftModelProposer
 from atom.model.speculation.ngram import NgramIndex
 from atom.model.speculation.suffix import SuffixIndex
+from atom.vocabulary.speculative import SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 
-from atom.model.speculation.config import SpeculativeConfig
+from atom.vocabulary.speculative import SpeculativeConfig
 
 PROBES = (4, 2, 1)  # n-gram lengths indexed, longest first
 MAX_PLACES = 32  # places kept per n-gram (the latest)

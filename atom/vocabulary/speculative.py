@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from atom.vocabulary.choices import Quantization, json_object, word
 
 METHODS = ("ngram", "suffix", "draft_model")  # vLLM's spellings; "[ngram]": its older alias
 DEFAULT_DISABLE_BY_BATCH_SIZE = 8  # ATOM's (vLLM never turns drafts off by default)
@@ -46,7 +47,7 @@ class SpeculativeConfig:
     max_spec_factor: float = 1.0
     min_token_prob: float = 0.1
     model: str | None = None  # the draft model's path (draft_model only)
-    quantization: str | None = None  # the draft's --quantization (None: the served model's)
+    quantization: Quantization | None = None  # the draft's (None: the served model's)
 
 
 def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
@@ -54,19 +55,14 @@ def parse_speculative_config(raw: str | None) -> SpeculativeConfig | None:
     the key for anything wrong."""
     if raw is None or not raw.strip():
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--speculative-config: not JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise ValueError("--speculative-config: expected a JSON object")
+    value = json_object(raw)
     method = value.get("method", "draft_model" if "model" in value else "ngram")  # vLLM's rule
     method = "ngram" if method == "[ngram]" else method
     if method not in METHODS:
-        raise ValueError(f"--speculative-config: method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     unknown = sorted(set(value) - COMMON - KEYS[method])
     if unknown:
-        raise ValueError(f"--speculative-config: unknown key {unknown[0]!r} for {method}")
+        raise ValueError(f"unknown key {unknown[0]!r} for {method}")
     disable = _number(value, "disable_by_batch_size", int, DEFAULT_DISABLE_BY_BATCH_SIZE)
     fields = {"ngram": _ngram, "suffix": _suffix, "draft_model": _draft_model}[method](value)
     return SpeculativeConfig(method=method, disable_by_batch_size=disable, **fields)
@@ -84,9 +80,11 @@ def _ngram(value: dict[str, Any]) -> dict[str, Any]:
 def _draft_model(value: dict[str, Any]) -> dict[str, Any]:
     model, quantization = value.get("model"), value.get("quantization")
     if not isinstance(model, str) or not model.strip():
-        raise ValueError("--speculative-config: draft_model needs `model`, the draft's path")
-    if quantization is not None and not isinstance(quantization, str):
-        raise ValueError("--speculative-config: quantization must be a string, as --quantization")
+        raise ValueError("draft_model needs `model`, the draft's path")
+    if quantization is not None:
+        if not isinstance(quantization, str):
+            raise ValueError("quantization must be a string, as --quantization")
+        quantization = word(Quantization, quantization)
     return {
         "num_speculative_tokens": _number(value, "num_speculative_tokens", int, None),
         "model": model,
@@ -100,7 +98,7 @@ def _suffix(value: dict[str, Any]) -> dict[str, Any]:
     depth = _number(value, "suffix_decoding_max_tree_depth", int, 24)
     probability = _number(value, "suffix_decoding_min_token_prob", float, 0.1)
     if probability > 1:
-        raise ValueError("--speculative-config: suffix_decoding_min_token_prob is above 1")
+        raise ValueError("suffix_decoding_min_token_prob is above 1")
     return {
         "num_speculative_tokens": _number(value, "num_speculative_tokens", int, depth),
         "max_tree_depth": depth,
@@ -116,7 +114,7 @@ def _lookup(value: dict[str, Any]) -> tuple[int, int]:
     high = _number(value, "prompt_lookup_max", int, 0)
     low, high = (low or high or 5), (high or low or 5)
     if low > high:
-        raise ValueError("--speculative-config: prompt_lookup_min is above prompt_lookup_max")
+        raise ValueError("prompt_lookup_min is above prompt_lookup_max")
     return low, high
 
 
@@ -128,5 +126,5 @@ def _number(value: dict[str, Any], key: str, kind: type, default: Any) -> Any:
         return default
     accepted = (int, float) if kind is float else (int,)
     if isinstance(number, bool) or not isinstance(number, accepted) or number <= 0:
-        raise ValueError(f"--speculative-config: {key} must be a positive {kind.__name__}")
+        raise ValueError(f"{key} must be a positive {kind.__name__}")
     return kind(number)
