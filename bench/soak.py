@@ -82,7 +82,7 @@ def num_tasks() -> int:
 
 
 def leftovers(app: Any, model: str) -> dict[str, Any]:
-    stats = app.engine.models.cores[model].batcher.statistics()
+    stats = app.engine.models.registry.cores[model].batcher.statistics()
     return {
         "running_requests": stats.num_running_requests,
         "queued_requests": stats.num_queued_requests,

@@ -25,6 +25,7 @@ import trio
 from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJob, Queued
 from atom.actors.batcher_state import ModelState
 from atom.actors.device import DeviceThread
+from atom.actors.idle import IdleWatch
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
 from atom.model.runner import Runner, Sampled, StepPlan
@@ -77,6 +78,7 @@ class Batcher(ModelState):
         self._to_aborts, self._aborts = trio.open_memory_channel[Abort](math.inf)
         self._running: dict[str, Admitted] = {}
         self._wake = trio.Event()
+        self.idle = IdleWatch(lambda: self.is_idle)  # an unload waits on it
         self._device = device  # every runner call happens on this one thread
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
@@ -145,6 +147,7 @@ class Batcher(ModelState):
                     idle = EngineIdle(model=self._model, kv_cache_usage=self._published_usage)
                     self._publish(idle)
                 self._wake = trio.Event()
+                self.idle.changed()
                 self._phase("idle")
                 await self._wake.wait()
                 self._phase("between steps")
@@ -168,6 +171,7 @@ class Batcher(ModelState):
                 )
             )
             self._phase("between steps")
+            self.idle.changed()
             await trio.lowlevel.checkpoint()  # let request actors run between steps
 
     async def _drafts(self) -> Mapping[str, tuple[int, ...]]:

@@ -146,13 +146,16 @@ class Engine:
             raise EngineFailed("the engine has stopped; the server is shutting down")
         if self.is_draining:
             raise ServerDraining("the server is shutting down; retry on another instance")
-        return self.models.core(requested, kinds, route)
+        return self.models.registry.core(requested, kinds, route)
 
-    def check_unique(self, request_id: str) -> None:
-        """Conflict (409) when a request with this id is open or stored: a client's
-        `x-request-id` may not take over another request's events."""
+    def admit(self, request_id: str, model: str) -> None:
+        """A planned request is about to start on `model`: Conflict (409) when a request
+        with this id is open or stored (a client's `x-request-id` may not take over
+        another request's events); otherwise the model counts as used now (for
+        --models-max). On the event loop, with no checkpoint before it is published."""
         if request_id in self._open or self.responses.has(request_id):
             raise Conflict(f"a request with the id {request_id!r} exists", param="x-request-id")
+        self.models.registry.touch(model)
 
     def _track_open(self, envelope: Envelope) -> None:
         """Which requests are still being answered: from their first event to their last."""

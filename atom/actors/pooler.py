@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import trio
 
 from atom.actors.device import DeviceThread
+from atom.actors.idle import IdleWatch
 from atom.model.pooling import PoolingRunner
 from atom.vocabulary.errors import AtomError, EngineFailed, Overloaded
 from atom.vocabulary.events import PoolingInput
@@ -53,6 +54,7 @@ class Pooler:
         self._pending: deque[tuple[_Job, int]] = deque()  # (request, input index), in order
         self.num_forwards = 0
         self._is_forwarding = False
+        self.idle = IdleWatch(lambda: self.is_idle)  # an unload waits on it
 
     @property
     def is_idle(self) -> bool:
@@ -86,6 +88,7 @@ class Pooler:
                 batch = self._next_batch()
                 if batch:
                     await self._forward(batch)
+                self.idle.changed()
         finally:
             self.fail_all(EngineFailed("the engine stopped; the server is shutting down"))
 

@@ -93,7 +93,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
     async def reset_prefix_cache() -> Response:
         """vLLM's route: every generation model forgets its cached prefixes at its next
         step boundary (running sequences keep theirs)."""
-        for core in list(engine.models.cores.values()):
+        for core in list(engine.models.registry.cores.values()):
             if isinstance(core, EngineCore):
                 core.batcher.reset_prefix_cache_nowait()
         return _json({"status": "ok"})
@@ -111,7 +111,7 @@ def register_model_state(app: QuartTrio, engine: Engine) -> None:
         `num_paused_requests` (the requests that continue on the new weights)."""
         body = parse(UpdateWeightsRequest, await request_json())
         try:
-            paused = await engine.models.update_weights(
+            paused = await engine.models.weights.update(
                 body.model, body.model_path, body.weight_version
             )
         except AtomError as error:
@@ -127,7 +127,7 @@ def register_loras(app: QuartTrio, engine: Engine) -> None:
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter() -> Response:
         body = parse(LoadLoraRequest, await request_json())
-        await engine.models.load_lora(
+        await engine.models.loras.load(
             body.lora_name, body.lora_path, body.model, replace=body.load_inplace
         )
         return _text(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
@@ -135,7 +135,7 @@ def register_loras(app: QuartTrio, engine: Engine) -> None:
     @app.post("/v1/unload_lora_adapter")
     async def unload_lora_adapter() -> Response:
         body = parse(UnloadLoraRequest, await request_json())
-        await engine.models.unload_lora(body.lora_name)
+        await engine.models.loras.unload(body.lora_name)
         return _text(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
 
@@ -147,19 +147,19 @@ def register_sleep(app: QuartTrio, engine: Engine) -> None:
         level = request.args.get("level", "1")
         if level not in {"1", "2"}:
             raise InvalidRequest(f"level must be 1 or 2, got {level!r}", param="level")
-        await engine.models.sleep(int(level))
-        return _json({"is_sleeping": engine.models.is_sleeping, "level": int(level)})
+        await engine.models.weights.sleep(int(level))
+        return _json({"is_sleeping": engine.models.weights.is_sleeping, "level": int(level)})
 
     @app.post("/wake_up")
     async def wake_up() -> Response:
         if "tags" in request.args:
             raise InvalidRequest("tags are not supported: weights and cache wake together")
-        await engine.models.wake_up()
-        return _json({"is_sleeping": engine.models.is_sleeping})
+        await engine.models.weights.wake_up()
+        return _json({"is_sleeping": engine.models.weights.is_sleeping})
 
     @app.get("/is_sleeping")
     async def is_sleeping() -> Response:
-        return _json({"is_sleeping": engine.models.is_sleeping})
+        return _json({"is_sleeping": engine.models.weights.is_sleeping})
 
 
 def register_profiling(app: QuartTrio, engine: Engine) -> None:

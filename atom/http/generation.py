@@ -59,7 +59,7 @@ async def serve_generation(
             engine.settings, build_request, engine, endpoint, raw, client_id, tenant
         )
         core, request = built
-        engine.check_unique(request.received.request_id)  # no checkpoint until it is published
+        engine.admit(request.received.request_id, core.name)  # no checkpoint until published
     except AtomError as error:
         await send_error(send, error, scope["path"])
         return

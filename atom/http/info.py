@@ -23,14 +23,14 @@ def register(app: QuartTrio, engine: Engine) -> None:
         every loaded model must also produce a token (atom/actors/probe.py)."""
         check_ready(engine)
         if request.args.get("deep") in {"1", "true"}:
-            await probe_all(engine.models.cores.values())
-        names = list(engine.models.specs)
+            await probe_all(engine.models.registry.cores.values())
+        names = list(engine.models.registry.specs)
         body = dumps({"status": "ok", "model": names[0] if names else None, "models": names})
         return Response(body, content_type="application/json")
 
     @app.get("/v1/models")
     async def models() -> Response:
-        names = [*engine.models.specs, *engine.models.loras.cards]
+        names = [*engine.models.registry.specs, *engine.models.registry.loras]
         cards = [_card(engine, name) for name in names]
         return Response(dumps({"object": "list", "data": cards}), content_type="application/json")
 
@@ -43,7 +43,7 @@ def register_info(app: QuartTrio, engine: Engine) -> None:
     @app.get("/health_generate")  # SGLang's name for the deep check
     async def health_generate() -> Response:
         check_ready(engine)
-        await probe_all(engine.models.cores.values())
+        await probe_all(engine.models.registry.cores.values())
         return Response(dumps({"status": "ok"}), content_type="application/json")
 
     @app.get("/version")
@@ -57,8 +57,8 @@ def register_info(app: QuartTrio, engine: Engine) -> None:
         for secret in ("api_key", "admin_api_key"):
             settings[secret] = ["<hidden>"] * len(settings[secret])
         models = [
-            {**_card(engine, name), **engine.models.description_of(name)}
-            for name in engine.models.specs
+            {**_card(engine, name), **engine.models.registry.description_of(name)}
+            for name in engine.models.registry.specs
         ]
         body = {"version": atom_version(), "settings": settings, "models": models}
         return Response(dumps(body), content_type="application/json")
@@ -67,7 +67,7 @@ def register_info(app: QuartTrio, engine: Engine) -> None:
     async def metrics() -> Response:
         check_ready(engine)
         failures = engine.logger.num_failed if engine.logger else None
-        names = list(engine.models.specs)
+        names = list(engine.models.registry.specs)
         max_loras = engine.settings.max_loras if engine.settings.enable_lora else None
         text = engine.metrics.render(
             names, request_log_failures=failures, max_loras=max_loras, now=time.time()
@@ -99,5 +99,5 @@ def _card(engine: Engine, name: str) -> dict[str, Any]:
         "created": engine.created,
         "owned_by": "atom",
         "parent": None,
-        **engine.models.card_of(name),
+        **engine.models.registry.card_of(name),
     }

@@ -91,7 +91,7 @@ def _handler(engine: Engine, route: PoolingRoute) -> Callable[[], Any]:
         received = await plan_off_loop(
             engine.settings, _received, core, route, body, payload, caller
         )
-        engine.check_unique(received.request_id)  # no checkpoint until it is published
+        engine.admit(received.request_id, core.name)  # no checkpoint until it is published
         output = await run_pooling(core, received)
         headers = {} if output.retry_after_s is None else {"retry-after": str(output.retry_after_s)}
         return Response(

@@ -64,7 +64,8 @@ def register(app: QuartTrio, engine: Engine) -> None:
 
     @app.get("/webui/api/engine")
     async def engine_feed() -> Response:
-        models = {name: engine.metrics.model(name).snapshot() for name in engine.models.specs}
+        names = engine.models.registry.specs
+        models = {name: engine.metrics.model(name).snapshot() for name in names}
         body = {"at": time.time(), "request_log": engine.recent is not None, "models": models}
         return Response(dumps(body), content_type="application/json")
 

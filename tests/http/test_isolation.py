@@ -87,7 +87,7 @@ async def test_a_fault_in_one_requests_parser_ends_that_request_alone(
             for _ in range(3)
         ]
         after = await http.post("/v1/chat/completions", json=ask("hi", stream=False))
-        stats = served.engine.models.cores[MODEL].batcher.statistics()
+        stats = served.engine.models.registry.cores[MODEL].batcher.statistics()
     for key in ("a", "b", "c"):
         text = "".join(f["choices"][0]["delta"].get("content") or "" for f in streams[key][:-1])
         assert text == "all is well " * 6 and streams[key][-1] == "[DONE]"

@@ -146,7 +146,9 @@ async def test_while_asleep_wait_queues_requests_until_the_wake_up(tokenizer: An
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask)
-            while not app.engine.models.cores[MODEL].batcher.statistics().num_queued_requests:
+            while (
+                not app.engine.models.registry.cores[MODEL].batcher.statistics().num_queued_requests
+            ):
                 await trio.sleep(0.01)
             assert not answers  # it waits
             await http.post("/wake_up")
@@ -165,7 +167,7 @@ async def test_a_level_2_sleep_drops_the_weights_and_the_wake_up_reads_the_last_
         await wait_ready(app)
         await http.post("/update_weights_from_disk", json={"model_path": new})
         slept = await http.post("/sleep", params={"level": "2"})
-        runner = app.engine.models.cores[MODEL].batcher._runner
+        runner = app.engine.models.registry.cores[MODEL].batcher._runner
         asleep_at = runner.is_asleep_at
         updating = await http.post("/update_weights_from_disk", json={"model_path": new})
         bad_level = await http.post("/sleep", params={"level": "3"})

@@ -140,7 +140,7 @@ async def test_a_model_loads_while_the_others_serve_and_unloads(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load_second)
-            while "second" not in app.engine.models.specs:
+            while "second" not in app.engine.models.registry.specs:
                 await trio.sleep(0.01)
             during = await http.post("/v1/chat/completions", json=chat(CHAT_MODEL))
             waiting = await http.post("/v1/chat/completions", json=chat("second"))
