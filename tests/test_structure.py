@@ -38,11 +38,14 @@ FORBIDDEN = {
 }  # fmt: skip
 
 
+# Caps that catch real monsters, not caps that shape the code: a 40-line function cap
+# had six functions sitting at exactly 40 lines and a file cap of 400 had the Batcher's
+# model-state jobs split into a mixin that re-declared 15 of its attributes (issue 47).
+FILE_LINES = 500
+FUNCTION_LINES = 60
 # Functions longer than the budget, each with the reason it stays whole.
-FUNCTION_LINES = 40
 LONG_FUNCTIONS = {
     ("loader.py", "load_runtime"): "the load sequence in order; mostly keyword arguments",
-    ("sampling.py", "sampling_params"): "one keyword per SamplingParams field",
 }
 
 
@@ -80,12 +83,12 @@ def test_functions_stay_under_the_budget() -> None:
                 num_lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if num_lines > FUNCTION_LINES:
                     long[(path.name, node.name)] = num_lines
-    assert set(long) <= set(LONG_FUNCTIONS), long
+    assert set(long) == set(LONG_FUNCTIONS), long  # and no exception outlives its reason
 
 
 def test_files_stay_under_the_ceiling() -> None:
     for path in ATOM.rglob("*.py"):
-        assert len(path.read_text().splitlines()) <= 400, path
+        assert len(path.read_text().splitlines()) <= FILE_LINES, path
 
 
 # Modules that say they are torch-free, and what importing the HTTP package may not do.

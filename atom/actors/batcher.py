@@ -8,32 +8,35 @@ boundaries (continuous batching). The submit queue is bounded: when it is full
 longer than `max_queue_wait_s` is failed with QueueTimeout (a 503).
 
 Between two steps it also changes the model's state for the admin routes: new weights,
-LoRA adapters, sleep and wake-up (atom/actors/batcher_state.py); each is a job the
-loop runs at the step boundary, so a step never sees a half-changed runner.
+LoRA adapters, sleep and wake-up (the last part of the class); each is a job the loop
+runs at the step boundary, so a step never sees a half-changed runner.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
+from typing import Any
 
 import outcome
 import trio
 
 from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJob, Queued
-from atom.actors.batcher_state import ModelState
 from atom.actors.device import DeviceThread
 from atom.actors.idle import IdleWatch
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
+from atom.model.lora.adapter import LoraAdapter
 from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.scheduling.sequence import SeqOutput
 from atom.vocabulary.errors import (
     AtomError,
+    Conflict,
     EngineFailed,
+    ModelAsleep,
     ModelNotFound,
     Overloaded,
     QueueTimeout,
@@ -44,16 +47,21 @@ from atom.vocabulary.events import (
     EngineStepped,
     Envelope,
     Event,
+    LoraLoaded,
+    LoraUnloaded,
+    ModelSlept,
+    ModelWoke,
     PrefixCacheReset,
     PromptChunkComputed,
     RequestReleased,
     RequestScheduled,
     Submit,
     TokensSampled,
+    WeightsUpdated,
 )
 
 
-class Batcher(ModelState):
+class Batcher:
     def __init__(
         self,
         runner: Runner,
@@ -305,3 +313,120 @@ class Batcher(ModelState):
             del self._running[request_id]
             admitted.outbox.close()
             self._publish(RequestReleased(request_id=request_id, was_scheduled=True))
+
+    # --- model state, asked by the admin routes, applied between two steps: new weights,
+    # LoRA adapters added and removed, sleep and wake-up. Each is a job the loop runs at
+    # the step boundary (`_run_jobs`), so a step never sees a half-changed runner.
+
+    async def replace_weights(self, weights: Any, *, source: str, version: str | None) -> int:
+        """The runner takes `weights` between two steps and every cached prefix is
+        forgotten; running requests continue on them. Returns how many were running."""
+        paused: list[int] = []
+
+        async def swap() -> None:
+            await self._device.run_sync(self._runner.replace_weights, weights)
+            paused.append(len(self._running))
+            num_blocks = self._scheduler.kv.flush_prefix_cache()
+            updated = WeightsUpdated(
+                model=self._model,
+                source=source,
+                weight_version=version,
+                num_paused_requests=paused[0],
+                num_blocks=num_blocks,
+            )
+            self._publish(updated)
+
+        await self._at_boundary(swap)
+        return paused[0]
+
+    async def add_lora(self, adapter: LoraAdapter) -> None:
+        """The runner takes `adapter` between two steps. An adapter of the same name is
+        replaced (running requests continue on the new one) and every cached prefix is
+        forgotten, so none computed with the old one is reused."""
+
+        async def add() -> None:
+            await self._device.run_sync(self._runner.add_lora, adapter)
+            if adapter.name in self.loras:
+                self._scheduler.kv.flush_prefix_cache()
+            self.loras.add(adapter.name)
+            loaded = LoraLoaded(
+                model=self._model, lora=adapter.name, path=adapter.path, rank=adapter.rank
+            )
+            self._publish(loaded)
+
+        await self._at_boundary(add)
+
+    async def remove_lora(self, name: str) -> None:
+        """The runner forgets the adapter `name` between two steps, and every cached
+        prefix is forgotten. Conflict (409) while requests run or wait with it."""
+
+        async def remove() -> None:
+            users = {s.request_id for s in self._scheduler.sequences() if s.lora == name}
+            users.update(q.submit.request_id for q in self._queue if q.submit.lora == name)
+            if users:
+                raise Conflict(
+                    f"the adapter `{name}` has {len(users)} requests running or queued; "
+                    "unload it once they finish",
+                    param="lora_name",
+                )
+            self.loras.discard(name)
+            await self._device.run_sync(self._runner.remove_lora, name)
+            self._scheduler.kv.flush_prefix_cache()
+            self._publish(LoraUnloaded(model=self._model, lora=name))
+
+        await self._at_boundary(remove)
+
+    async def sleep(self, level: int) -> None:
+        """Admit nothing more (queued requests fail with ModelAsleep unless they may
+        wait), let the running ones finish, then free the KV cache and, at level 2, the
+        weights. Returns once asleep, or once woken again if that came first."""
+        if self.sleep_level:
+            return
+        self.sleep_level = level
+        if self._reject_while_asleep:
+            while self._queue:
+                self._refuse(self._queue.popleft(), self._asleep())
+
+        async def fall_asleep() -> None:
+            if self.sleep_level:  # no wake-up came first
+                await self._device.run_sync(self._runner.sleep, level)
+                self._scheduler.kv.flush_prefix_cache()  # the cache itself is gone
+                self.is_asleep = True
+                self._publish(ModelSlept(model=self._model, level=level))
+
+        await self._at_boundary(fall_asleep, when_idle=True)
+
+    async def wake_up(self, weights: Any | None = None, *, source: str | None = None) -> None:
+        """Undo `sleep` (`weights`, read from `source`, after a level-2 sleep): the KV
+        cache comes back and queued requests are admitted again."""
+
+        async def wake() -> None:
+            if self.is_asleep:
+                await self._device.run_sync(self._runner.wake_up, weights)
+                self._publish(ModelWoke(model=self._model, source=source))
+            self.sleep_level, self.is_asleep = 0, False
+
+        if self.sleep_level:
+            await self._at_boundary(wake)
+
+    def _asleep(self) -> ModelAsleep:
+        return ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
+
+    async def _at_boundary(
+        self, run: Callable[[], Awaitable[None]], when_idle: bool = False
+    ) -> None:
+        if self._is_closed:
+            raise EngineFailed("the engine is not running")
+        job = BoundaryJob(run, when_idle)
+        self._jobs.append(job)
+        self._wake.set()
+        with trio.CancelScope(shield=True):  # asked is done: the caller leaving stops nothing
+            await job.done.wait()
+        job.result[0].unwrap()
+
+    async def _run_jobs(self) -> None:
+        for job in list(self._jobs):
+            if not (job.when_idle and self._running):
+                self._jobs.remove(job)
+                job.result.append(await outcome.acapture(job.run))
+                job.done.set()
