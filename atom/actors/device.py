@@ -5,9 +5,8 @@ region, and with `OMP_WAIT_POLICY=ACTIVE` (docs/configuration.md) a team that
 has just worked keeps spinning for a while (about a second with ATOM's spin
 count, minutes without it). `trio.to_thread` hands each job to whichever cached
 thread is free, so the model load and the steps could start teams on different
-threads, and two spinning teams on two cores halve the step speed (measured: a
-batch-16 int8 decode step took 40 ms on the thread that ran the previous steps
-and 67 ms on another one). Loading and every step run here, on one long-lived
+threads, and two spinning teams on two cores slow a step down by more than half
+(bench/results/history.md). Loading and every step run here, on one long-lived
 thread, so there is one team.
 """
 

@@ -14,9 +14,8 @@ from typing import Any
 
 # Before torch loads: OpenMP workers keep spinning between the many small parallel
 # regions of a step (ACTIVE), but only for ~1 s after the last one (the spin
-# count; ACTIVE alone spins for minutes, a whole core of an idle server).
-# Measured here, int8 through the server: c=16 439 tokens/s against 355 with the
-# default policy; docs/configuration.md.
+# count; ACTIVE alone spins for minutes, a whole core of an idle server). Served, it
+# is worth a quarter more tokens/s at c=16 (bench/results/history.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
 os.environ.setdefault("GOMP_SPINCOUNT", "30000000")
 

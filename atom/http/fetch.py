@@ -3,7 +3,7 @@
 Templates and tokenizers run in Trio's worker threads (`trio.to_thread`), which all
 requests share. A web image is not fetched there: a slow image server would hold a
 thread for as long as it drips bytes, and enough such requests would hold them all
-(issue 46: 42 requests kept plain chats waiting 80 s). Instead the planning thread
+(issue 46: enough of them kept plain chats waiting a minute). Instead the planning thread
 stops at the first image it has not got (`media.FetchFirst`, before any rendering),
 the request's own Trio task fetches every such image — one deadline for them all
 (`--media-fetch-timeout`, connecting, waiting and reading included), at most

@@ -2,7 +2,8 @@
 
 Such a log holds the client's body and, in RequestAccepted, the sampling params.
 The plan is derived here the way the server of that day read the body, so old logs
-keep replaying byte-identical; nothing else in ATOM reads a raw body.
+keep replaying byte-identical; nothing else in ATOM plans from a logged body
+(`atom replay --rerun`, atom/log/rerun.py, re-sends bodies as they were recorded).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A GGUF file as a Hugging Face folder: dequantized once by transformers (slow: ~15 s for
-the default model) into a safetensors copy under the cache dir, keyed by the file's
-content; later loads read the copy in well under a second."""
+"""A GGUF file as a Hugging Face folder: dequantized once by transformers (slow: most of a
+first start, docs/performance.md) into a safetensors copy under the cache dir, keyed by
+the file's content; later loads read the copy."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ HUGE_PAGE = 2 << 20
 def loading() -> Iterator[None]:
     """Around a model's load: the cyclic garbage collector paused, then, when the load
     succeeded, freeze_heap. A load makes ~500,000 Python objects, and the collector's
-    full passes over them took 2 s of the default model's 10 s load (`load_runtime`
-    timed, docs/performance.md)."""
+    full passes over them were a fifth of the load (bench/results/history.md, 2026-12-05)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -39,10 +38,9 @@ def freeze_heap() -> None:
     """Collect the garbage there is, then move every object alive now out of the cyclic
     garbage collector's sight (`gc.freeze`), as vLLM does after loading. A loaded model
     holds ~500,000 tracked Python objects (the tokenizer's vocabulary, the modules), and
-    the collector's full pass walked them all: a 0.3 s pause of the whole process at
-    moments it chose, mid-stream (after freezing, 1.7 and 16 ms in a served run;
-    docs/performance.md). Frozen objects are still freed when their last reference
-    goes."""
+    the collector's full pass walked them all: a pause of the whole process at moments
+    it chose, mid-stream (bench/results/history.md, 2026-12-05). Frozen objects are
+    still freed when their last reference goes."""
     gc.collect()
     gc.freeze()
 
@@ -58,7 +56,7 @@ def thaw_heap() -> None:
 def trim() -> None:
     """Return the C heap's free pages to the OS (glibc's `malloc_trim`). Loading and
     quantizing a model frees gigabytes of temporaries in pieces glibc keeps mapped:
-    a 1B model held ~0.75 GB more resident memory without this (docs/performance.md).
+    a 1B model held most of a gigabyte more resident memory without this (bench/results/history.md).
     A no-op on a C library without it."""
     name = ctypes.util.find_library("c")
     library = ctypes.CDLL(name) if name else None
@@ -72,10 +70,9 @@ def onto_huge_pages(tensors: Iterable[torch.Tensor]) -> None:
     tensor objects sees the move), into one anonymous mapping the OS is asked to back
     with 2 MB pages (`madvise(MADV_HUGEPAGE)`, which Linux's default `madvise` setting of
     transparent huge pages honours). The kernels stream every weight once a decode step:
-    on 4 KB pages each page costs a TLB walk and restarts the CPU's prefetchers, and a
-    1B model's 4-bit layer products at one row took 43 ms against 25 ms on 2 MB pages
-    (`python -m bench.kernels --shape 1b [--huge-pages]`, docs/performance.md). Where
-    the OS gives no huge pages this costs one copy."""
+    on 4 KB pages each page costs a TLB walk and restarts the CPU's prefetchers
+    (`python -m bench.kernels --shape 1b [--huge-pages]` measures both;
+    bench/results/history.md). Where the OS gives no huge pages this costs one copy."""
     import torch
 
     unique = list({id(t): t for t in tensors}.values())

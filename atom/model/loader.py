@@ -96,7 +96,7 @@ def load_model(
 
 
 def _expected_load_s(folder: Path, bytes_per_s: float = 4e8) -> float:
-    """About how long reading the folder's weights takes (measured ~0.4 GB/s here)."""
+    """About how long reading the folder's weights takes, for the start-up's progress."""
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     return max(1.0, round(size / bytes_per_s))
 

@@ -1,11 +1,11 @@
 """A GGUF file's tensor index, read without parsing its metadata values.
 
 `gguf.GGUFReader` builds a numpy view of every metadata value, a 49,152-token
-vocabulary and its merges included: ~6 s for the default model at every start, where
-ATOM needs only the tensors (their names, types and bytes). This reads the header,
-steps over the metadata (a string array is walked length by length, never decoded),
-and maps the tensors' bytes as `GGUFReader` shapes them. Little-endian GGUF v2/v3
-only; anything else is read by `GGUFReader` itself."""
+vocabulary and its merges included: seconds of every start (docs/performance.md,
+"Start-up"), where ATOM needs only the tensors (their names, types and bytes). This
+reads the header, steps over the metadata (a string array is walked length by length,
+never decoded), and maps the tensors' bytes as `GGUFReader` shapes them. Little-endian
+GGUF v2/v3 only; anything else is read by `GGUFReader` itself."""
 
 from __future__ import annotations
 

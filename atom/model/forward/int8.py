@@ -28,7 +28,7 @@ from torch import nn
 from atom.model.forward.kernels import ProjectionKind
 
 # From this many rows (prefill) widening the weights and one float GEMM beat the kernel
-# (one 576x1536 product here: 64 rows 1.8 vs 2.0 ms, 256 rows 7.1 vs 4.7 ms).
+# (measured on the default model's products: bench/results/history.md).
 WIDEN_ROWS = 128
 
 Gemv = Callable[..., torch.Tensor]  # int8_linear(x, weight, scale, bias) -> y

@@ -4,15 +4,14 @@
 
 - `paged_decode` (`attention.cpp`) attends one query token per sequence straight
   from the paged KV cache. The torch fallback gathers each sequence's K/V into a
-  padded tensor first: at 16 sequences of 256 tokens that gather plus SDPA cost
-  ~2x the kernel per layer (docs/performance.md).
+  padded tensor first, which costs more than the kernel (bench/results/history.md).
 - `int8_linear` (`linear.cpp`), `int4_linear`, `q5_linear`, `q6_linear` and
   `q8_linear` (`blocks.cpp`, their loops in `loops.inc` and `loops_amx.cpp`) multiply
   activation rows by int8 rows (one scale each) or GGUF Q4_1 / Q5_1 / Q6_K / Q8_0
   blocks (tiles of 16 weight rows, every
   product, prompts too), streaming the weights once per 32 (int8) or 128 (blocks)
-  rows: batch-1 decode is bound by reading them (docs/performance.md has the rates, `python -m
-  bench.kernels` measures them).
+  rows: batch-1 decode is bound by reading them (`python -m bench.kernels` measures
+  the rates; docs/performance.md has today's).
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
 

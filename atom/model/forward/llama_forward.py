@@ -7,7 +7,7 @@ gate/up into another, and its small operators (residual add + RMSNorm, rotary + 
 K/V cache write, SiLU·mul) each as one call of an `ops` object: the CPU kernels of
 `atom.model.forward.kernels`, or `TorchOps` anywhere else. A decode layer on the kernels is
 nine calls, and a decode step of a few tokens runs all layers in one call of the
-kernels' `DecodeStack` (docs/performance.md has the numbers).
+kernels' `DecodeStack` (bench/results/history.md, "One-call decode").
 
 `--model-impl auto` uses it when `unsupported_reason` finds nothing this forward does
 not implement (like vLLM's own model classes beside its transformers backend);

@@ -70,7 +70,7 @@ inline void softmax(float* s, int64_t n) {
 // The cache lines of values [first, first + count) of rows [from, to), asked for ahead
 // of their use. A sequence's rows are scattered over its blocks, so the CPU's own
 // prefetchers miss them: without this the loops below wait on memory, reading the
-// float16 cache of 32 sequences at ~8 GB/s of the machine's ~30 (docs/performance.md).
+// cache at a fraction of the machine's bandwidth (bench/results/history.md, 2026-12-05).
 template <int Hint, typename T>
 inline void prefetch_rows(const T* const* rows, int64_t from, int64_t to, int64_t first,
                           int64_t count) {

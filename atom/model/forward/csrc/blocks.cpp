@@ -34,8 +34,7 @@
 // give the same bits; which one runs is decided once, from what the CPU and the OS
 // support (kernel_isa). Prefill takes the same loops: on the
 // Intel Xeon VM they beat the float GEMM on the weights expanded to float32 at every
-// size measured (int4's 120 layer products at 512 rows: 201 against 388 ms), and a
-// row's result never depends on the rows beside it.
+// size measured (bench/results/history.md), and a row's result never depends on the rows beside it.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -181,7 +180,7 @@ constexpr const char* kIsas[] = {"avx2", "avx512_vnni", "amx_int8"};
 constexpr int kAvx512 = 1, kAmx = 2;
 // Fewer rows of x than this take the VNNI loops even where AMX runs: a few rows stream
 // the weights at the memory's pace either way, and from 8 rows the tiles are ahead
-// (bench.kernels --isa avx512_vnni amx_int8, docs/performance.md).
+// (bench.kernels --isa avx512_vnni amx_int8; bench/results/history.md).
 constexpr int64_t kAmxMinRows = 8;
 std::atomic<int> chosen{-1};  // -1: not decided yet; else an index of kIsas
 

@@ -1,7 +1,7 @@
 // The block-format loops on AMX, Intel's tile unit (int8), chosen at run time
 // (blocks.cpp) only where the CPU lists it and the OS has granted this process the
 // tile state: without that grant the first tile instruction traps, which is how a
-// llama.cpp build died on the Intel Xeon VM (docs/performance.md).
+// llama.cpp build died on the Intel Xeon VM (bench/results/history.md).
 //
 // One tile product a block of 32 inputs: up to 16 rows of x (tile A, a row of x a row
 // of the tile, its 32 int8 of the block: the activations lie block-major, so the rows
