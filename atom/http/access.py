@@ -36,9 +36,7 @@ class Access:
         if settings.api_key_file:
             lines = Path(settings.api_key_file).read_text().splitlines()
             keys += [line.strip() for line in lines if line.strip()]
-        admin_keys = list(settings.admin_api_key)
-        if any(not key.strip() for key in [*keys, *admin_keys]):
-            raise ValueError("--api-key / --admin-api-key: a key may not be empty or blank")
+        admin_keys = list(settings.admin_api_key)  # each one checked by Settings
         self._tenants = tuple(
             (key.encode(), Tenant(owner=fingerprint(key.encode()), sees_all=is_admin))
             for key, is_admin in [(k, False) for k in keys] + [(k, True) for k in admin_keys]

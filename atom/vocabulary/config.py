@@ -186,6 +186,8 @@ def _check_together(settings: Settings) -> None:
         raise ValueError("--lora-modules needs --enable-lora")
     if settings.max_loras < 1 or settings.max_lora_rank < 1:
         raise ValueError("--max-loras and --max-lora-rank must be at least 1")
+    if any(not key.strip() for key in [*settings.api_key, *settings.admin_api_key]):
+        raise ValueError("--api-key / --admin-api-key: a key may not be empty or blank")
 
 
 def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
