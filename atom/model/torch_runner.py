@@ -29,7 +29,7 @@ from atom.model.vision.placement import ImageRows
 
 
 def _trace_range(name: str) -> AbstractContextManager[object]:
-    """A named range in the trace while POST /start_profile runs (under 1 µs otherwise)."""
+    """A named range in the trace while POST /start_profile runs (a no-op otherwise)."""
     return record_function(name) if torch.autograd._profiler_enabled() else nullcontext()
 
 
@@ -90,7 +90,7 @@ class TorchRunner:
         self.kv_cache: torch.Tensor | None = torch.zeros(
             self._kv_shape, dtype=self._kv_dtype, device=self._device
         )
-        # Views made once: indexing the cache per layer and step costs ~4 µs a layer.
+        # Views made once, not by indexing the cache per layer at every step.
         self._layer_caches = tuple((layer[0], layer[1]) for layer in self.kv_cache)
 
     def add_lora(self, adapter: LoraAdapter) -> None:

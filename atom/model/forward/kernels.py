@@ -15,7 +15,7 @@
 - `add_rms_norm`, `rope_write` and `silu_mul` (`layer.cpp`) are the small
   operators of ATOM's own forward, one call each where torch runs several.
 
-The build (~60 s, once per source version) lands in a folder named by a fingerprint
+The build (a minute or more, once per source version) lands in a folder named by a fingerprint
 of the sources, the flags and the torch build, inside the installation
 (`<sys.prefix>/share/atom/kernels`: `make setup` builds there, so a fresh HOME finds
 it) or, where that is not writable, under `<cache_dir>/kernels`; a finished build is

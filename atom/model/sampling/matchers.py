@@ -27,7 +27,7 @@ class GrammarMatchers:
 
     def __init__(self, tokenizer: Any, *, max_compiled: int = 64) -> None:
         self._tokenizer = tokenizer
-        self._llt: Any = None  # built on first use: ~0.5 s for this tokenizer
+        self._llt: Any = None  # built on first use (it walks the whole vocabulary)
         self._compiled: OrderedDict[str, Any] = OrderedDict()  # grammar → fresh matcher, LRU
         self._max_compiled = max_compiled
         self._lock = threading.Lock()  # `compile` runs in request threads and in the step
@@ -42,7 +42,7 @@ class GrammarMatchers:
         matchers = [self._matcher(chunks[i]) for i in rows]
         vocab = self._tokenizer_info().vocab_size
         # llguidance's bitmask, one bit per token; written here, not by llguidance.torch,
-        # whose import compiles a kernel we do not use (~4 s of every start-up)
+        # whose import compiles a kernel we do not use (seconds of every start-up)
         bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
         for slot, matcher in enumerate(matchers):
             row = bitmask[slot]
@@ -94,7 +94,7 @@ class GrammarMatchers:
         return compiled
 
     def _tokenizer_info(self) -> Any:
-        if self._llt is None:  # built once, under the lock: ~0.5 s for this tokenizer
+        if self._llt is None:  # built once, under the lock
             self._llt = llguidance.hf.from_tokenizer(self._tokenizer)
         return self._llt
 

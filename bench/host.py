@@ -1,0 +1,210 @@
+"""The host path's ceiling: `python -m bench.host [--parsers] [--out FILE]`.
+
+Serves `bench.host_app:app` (ATOM's whole server over a FakeRunner that costs nothing)
+on one core and streams chat completions to it from this process on the other: what
+it measures is everything ATOM does around a model step. Each level of concurrency
+runs `c` clients, each sending its requests one after the other over a raw socket
+(HTTP/1.1, one connection a request), and reports streamed tokens/s (the usage the
+answers report), time to first token (p50, p99) and the server's host time a step
+(wall time over the steps the runner took). `--parsers` serves a reply with a
+reasoning block and a tool call through `--reasoning-parser deepseek_r1` and
+`--tool-call-parser hermes`, each request offering a tool. docs/performance.md has
+today's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+LEVELS = {1: 20, 16: 4, 64: 2, 256: 1}  # concurrency → requests per client
+FIRST_TOKEN = re.compile(rb'"(?:reasoning_)?content":"[^"]')
+USAGE = re.compile(rb'"completion_tokens":(\d+)')
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    concurrency: int
+    requests: int
+    tokens: int
+    seconds: float
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    steps: int
+    host_ms_per_step: float  # wall time over the runner's steps: all host at zero model cost
+
+
+def body(parsers: bool) -> bytes:
+    payload: dict[str, Any] = {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [{"role": "user", "content": "Tell me a story about a fox."}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 1000,
+        "temperature": 0,
+    }
+    if parsers:
+        payload["tools"] = [TOOL]
+    return json.dumps(payload).encode()
+
+
+async def one_request(port: int, request: bytes) -> tuple[float, int]:
+    """(seconds to the first token, completion tokens) of one streamed chat."""
+    began = time.perf_counter()
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(request)
+        ttft, seen = None, b""
+        received = bytearray()
+        while chunk := await stream.receive_some(1 << 16):
+            received += chunk
+            if ttft is None:
+                seen += chunk
+                if FIRST_TOKEN.search(seen):
+                    ttft = time.perf_counter() - began
+    match = USAGE.findall(bytes(received[-4096:]))
+    assert ttft is not None and match, bytes(received[:300])
+    return ttft, int(match[-1])
+
+
+async def run_level(
+    port: int, concurrency: int, rounds: int, payload: bytes
+) -> tuple[float, list[float], int]:
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    request = head + payload
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def client() -> None:
+        nonlocal tokens
+        for _ in range(rounds):
+            ttft, num = await one_request(port, request)
+            ttfts.append(ttft)
+            tokens += num
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(client)
+    return time.perf_counter() - began, ttfts, tokens
+
+
+def steps(url: str) -> dict[str, float]:
+    return httpx.get(f"{url}/bench/steps", timeout=30).json()  # type: ignore[no-any-return]
+
+
+def measure(port: int, concurrency: int, rounds: int, parsers: bool) -> Level:
+    url = f"http://127.0.0.1:{port}"
+    before = steps(url)
+    seconds, ttfts, tokens = trio.run(run_level, port, concurrency, rounds, body(parsers))
+    after = steps(url)
+    num_steps = int(after["steps"] - before["steps"])
+    ttft_ms = sorted(t * 1000 for t in ttfts)
+    return Level(
+        concurrency=concurrency,
+        requests=len(ttfts),
+        tokens=tokens,
+        seconds=round(seconds, 3),
+        tokens_per_s=round(tokens / seconds, 1),
+        ttft_p50_ms=round(statistics.median(ttft_ms), 2),
+        ttft_p99_ms=round(ttft_ms[min(len(ttft_ms) - 1, int(len(ttft_ms) * 0.99))], 2),
+        steps=num_steps,
+        host_ms_per_step=round(seconds * 1000 / max(num_steps, 1), 3),
+    )
+
+
+def start_server(port: int, parsers: bool, server_cpu: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "ATOM_MODEL": "SmolLM2-135M-Instruct",
+        "ATOM_LOG_LEVEL": "warning",
+        "ATOM_MAX_NUM_SEQS": "256",
+        "ATOM_MAX_QUEUED_REQUESTS": "1024",
+        "ATOM_NO_WEBUI": "true",
+        "HOST_PARSERS": "1" if parsers else "0",
+    }
+    if parsers:
+        env |= {"ATOM_TOOL_CALL_PARSER": "hermes", "ATOM_REASONING_PARSER": "deepseek_r1"}
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
+    command += ["-b", f"127.0.0.1:{port}", "bench.host_app:app"]
+    proc = subprocess.Popen(
+        command, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {server_cpu})
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, "the server exited during start-up"
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not become healthy")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--parsers", action="store_true")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(LEVELS))
+    parser.add_argument("--port", type=int, default=8133)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpus = cpus[0], set(cpus[1:]) or {cpus[0]}
+    os.sched_setaffinity(0, client_cpus)
+    proc = start_server(args.port, args.parsers, server_cpu)
+    try:
+        measure(args.port, 4, 1, args.parsers)  # warm-up: imports, first compiles
+        levels = []
+        for concurrency in args.concurrency:
+            level = measure(args.port, concurrency, LEVELS.get(concurrency, 1), args.parsers)
+            print(json.dumps(asdict(level)), flush=True)
+            levels.append(level)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    if args.out:
+        report = {
+            "machine": {"cpu": _cpu_model(), "python": platform.python_version()},
+            "server_cpu": server_cpu,
+            "client_cpus": sorted(client_cpus),
+            "parsers": args.parsers,
+            "levels": [asdict(level) for level in levels],
+        }
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
