@@ -1,38 +1,36 @@
 """RequestActor: one generation request, from the Batcher's tokens to the bytes on the wire.
 
-Its nursery runs a disconnect watcher (owns ASGI `receive`; cancels the actor
-when the client goes away), a router (Outbox → the choice streams), one
-ChoiceStream per choice, and a writer (publishes each event, renders it with
-atom.projections.wire and hands the bytes to `respond`, which atom/http/asgi.py frames as
-ASGI messages). Usage and latency are a fold of the request's own envelopes
-(atom/projections/usage.py). Leaving early for any reason aborts the request in the Batcher
-from `finally`.
+Its nursery runs a disconnect watcher (owns ASGI `receive`; cancels the actor when the
+client goes away) beside the generation, which wakes once a step: it takes everything
+the Batcher put in the Outbox since, feeds each choice's pipeline (detokenizer, stop
+strings, parsers; atom/text/pipeline.py), publishes the events that come out, renders
+them with the plan's renderer and hands the step's bytes to `respond` in one piece
+(atom/http/asgi.py frames them as ASGI messages). Usage and latency are a fold of the
+request's own envelopes (atom/projections/usage.py). Leaving early for any reason aborts
+the request in the Batcher from `finally`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 import trio
 
-from atom.actors.choice_stream import ChoiceStream
 from atom.actors.cores import EngineCore
 from atom.actors.outbox import Outbox
 from atom.projections.renderers import renderer_for
 from atom.projections.usage import RequestUsage
 from atom.projections.wire import Output
-from atom.text.pipeline import pipeline_for
+from atom.text.pipeline import ChoicePipeline, pipeline_for
 from atom.vocabulary.errors import AtomError, EngineFailed
 from atom.vocabulary.events import (
     Abort,
-    ChoiceFinished,
     ClientDisconnected,
+    Envelope,
     Event,
     KeepAliveSent,
     RequestAborted,
@@ -137,62 +135,52 @@ class RequestActor:
             images=tuple(image.ref for image in submit.images),
         )
         await self._emit(accepted)
-        to_writer, from_choices = trio.open_memory_channel[Event](math.inf)
-        async with trio.open_nursery() as nursery, to_writer:
-            inboxes = {}
-            for idx in range(submit.total_choices):
-                to_choice, inbox = trio.open_memory_channel[Any](math.inf)
-                inboxes[idx] = to_choice
-                run = partial(self._choice(idx).run, on_stop_string=self._stop_choice)
-                nursery.start_soon(run, inbox, to_writer.clone())
-            nursery.start_soon(self._route, inboxes)
-            nursery.start_soon(self._write, from_choices)
-
-    def _choice(self, idx: int) -> ChoiceStream:
-        request = self._request
-        pipeline = pipeline_for(
-            self.request_id, request.plan, request.submit.prompts, idx, self._core.tokenizer
-        )
-        return ChoiceStream(pipeline, idx)
-
-    async def _route(self, inboxes: dict[int, trio.MemorySendChannel[Any]]) -> None:
-        """Outbox → choice streams. A stream that stopped early drops what still arrives."""
-        assert self._usage is not None
-        try:
-            while batch := await self._outbox.receive_batch():
-                for envelope in batch:
-                    self._usage.apply(envelope)
-                    sampled = envelope.event
-                    assert isinstance(sampled, TokensSampled)
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        inboxes[sampled.choice_idx].send_nowait(envelope)
-        finally:
-            for channel in inboxes.values():
-                channel.close()
-
-    async def _write(self, inbox: trio.MemoryReceiveChannel[Event]) -> None:
-        assert self._usage is not None
+        choices = [self._pipeline(idx) for idx in range(submit.total_choices)]
         shape = self._request.plan.shape
         # A background stream's output goes to its tap, which counts events: no pings.
         pings = shape.stream and not shape.background
-        interval = self._core.sse_ping_interval_s if pings else 0.0
-        num_finished = 0
-        async with inbox:
-            while True:
-                with trio.move_on_after(interval or math.inf) as idle:
-                    try:
-                        event = await inbox.receive()
-                    except trio.EndOfChannel:
-                        break
-                if idle.cancelled_caught:
-                    event = KeepAliveSent(request_id=self.request_id)
-                num_finished += isinstance(event, ChoiceFinished)
-                await self._emit(event)
-        if num_finished < self._request.submit.total_choices:
-            # A choice stream ended without finishing its choice (it failed): the request
-            # ends by that failure, never as complete.
-            raise EngineFailed("internal error while serving the request")
+        interval = (self._core.sse_ping_interval_s if pings else 0.0) or math.inf
+        last_sent = trio.current_time()
+        while not all(choice.is_finished for choice in choices):
+            with trio.move_on_at(last_sent + interval) as idle:
+                batch = await self._outbox.receive_batch()
+            if idle.cancelled_caught:
+                events: list[Event] = [KeepAliveSent(request_id=self.request_id)]
+            elif not batch:
+                # A choice ended without finishing (the engine let the request go): the
+                # request ends by that failure, never as complete.
+                raise EngineFailed("internal error while serving the request")
+            else:
+                events = self._feed(batch, choices)
+            if events:
+                await self._emit(*events)
+                last_sent = trio.current_time()
+        assert self._usage is not None
         await self._emit(self._usage.completed(self._core.clock()))
+
+    def _pipeline(self, idx: int) -> ChoicePipeline:
+        request = self._request
+        return pipeline_for(
+            self.request_id, request.plan, request.submit.prompts, idx, self._core.tokenizer
+        )
+
+    def _feed(self, batch: list[Envelope], choices: Sequence[ChoicePipeline]) -> list[Event]:
+        """A step's tokens through their choices' pipelines: the events to send. A choice
+        that stopped early drops what still arrives; one stopped by a stop string frees
+        its sequence now."""
+        assert self._usage is not None
+        events: list[Event] = []
+        for envelope in batch:
+            self._usage.apply(envelope)
+            sampled = envelope.event
+            assert isinstance(sampled, TokensSampled)
+            choice = choices[sampled.choice_idx]
+            if choice.is_finished:
+                continue
+            events += choice.feed(sampled)
+            if choice.is_finished and choice.is_stopped_by_string:
+                self._stop_choice(sampled.choice_idx)
+        return events
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -223,13 +211,21 @@ class RequestActor:
         with trio.move_on_after(5):  # a vanished client must not hold us
             await self._emit(event)
 
-    async def _emit(self, event: Event) -> None:
-        envelope = self._core.bus.publish(event)
-        if self._usage is not None:
-            self._usage.apply(envelope)
-        output = self._renderer.feed(event)
-        if output is None:
-            return
+    async def _emit(self, *events: Event) -> None:
+        """Publish the events, render them, and send what they render in one piece (a
+        final Output apart: it may carry the whole body's length)."""
+        outputs: list[Output] = []
+        for event in events:
+            envelope = self._core.bus.publish(event)
+            if self._usage is not None:
+                self._usage.apply(envelope)
+            output = self._renderer.feed(event)
+            if output is not None:
+                outputs.append(output)
+        for output in joined(outputs):
+            await self._send(output)
+
+    async def _send(self, output: Output) -> None:
         if output.is_final:
             self._is_done = True  # an http.disconnect from now on is the connection closing
         # A send waits while the socket's buffers are full: a client that stopped reading
@@ -241,6 +237,17 @@ class RequestActor:
             if not output.is_final:  # (a final one: the request has completed; it just ends)
                 self.cancel("stream_stalled")
                 await trio.lowlevel.checkpoint()  # the actor's scope ends the request here
+
+
+def joined(outputs: list[Output]) -> list[Output]:
+    """Consecutive Outputs that are not final as one (their bytes in order), then the
+    final one: what a step renders reaches the socket in one write."""
+    if len(outputs) < 2:
+        return outputs
+    head = [o for o in outputs if not o.is_final]
+    tail = [o for o in outputs if o.is_final]
+    body = b"".join(o.body for o in head)
+    return [replace(head[0], body=body), *tail] if head else tail
 
 
 def failed_event(request_id: str, error: AtomError) -> RequestFailed:

@@ -205,7 +205,8 @@ class Metrics:
         self._bases: dict[str, str] = {}  # a served LoRA adapter → its base model
 
     def model(self, name: str) -> ModelMetrics:
-        return self.models.setdefault(name, ModelMetrics())
+        found = self.models.get(name)  # (not setdefault: it would build a fold every event)
+        return found if found is not None else self.models.setdefault(name, ModelMetrics())
 
     def apply(self, envelope: Envelope) -> None:
         event = envelope.event

@@ -1,7 +1,7 @@
 """ChoicePipeline: one choice's whole text path — detokenize, stop strings, reasoning
 parser, tool-call parser — from TokensSampled to the choice's output events.
 
-Pure and synchronous: the ChoiceStream actor runs it live, and `atom replay` runs it
+Pure and synchronous: the request actor runs it live, and `atom replay` runs it
 again over recorded tokens (with other parsers, if asked)."""
 
 from __future__ import annotations
