@@ -259,3 +259,40 @@ async def test_idle_streams_send_keep_alives_that_replay_byte_identical(
     assert b"ping" not in whole.content  # bodies are never pinged
     replayed = [bytes(r.body) for r in project(read_log(log_path))]
     assert replayed[:2] == sent
+
+
+async def test_a_request_sends_once_a_step_whatever_its_choices(tokenizer: Any) -> None:
+    """Every choice's tokens of one step leave in one write (the request wakes once a
+    step, not once a token a choice); the bytes are what the events render."""
+    app = create_app(Settings(), load=fake_loader(tokenizer))
+    writes: list[bytes] = []
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        async def counted(message: Any) -> None:
+            if scope.get("path") == "/v1/chat/completions" and "body" in message:
+                writes.append(message["body"])
+            await send(message)
+
+        await app(scope, receive, counted)
+
+    steps: list[Envelope] = []
+
+    def keep_steps(envelope: Envelope) -> None:
+        if envelope.event.type == "engine_stepped":
+            steps.append(envelope)
+
+    app.engine.bus.subscribe(keep_steps)
+    async with serving(counting) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        stream = {**CHAT, "n": 3, "stream": True}
+        async with client.stream("POST", "/v1/chat/completions", json=stream) as r:
+            raw = b"".join([chunk async for chunk in r.aiter_raw()])
+    texts = ["", "", ""]
+    for chunk in sse_payloads(raw)[:-1]:
+        for choice in chunk["choices"]:
+            texts[choice["index"]] += choice["delta"].get("content") or ""
+    assert texts == [FAKE_REPLY] * 3
+    # a write a step that had output, the opening role chunks and the final [DONE]:
+    # fewer than one a token of one choice (three a step when each choice wrote its own)
+    assert len(writes) <= len(steps) + 2 < 2 * len(tokenizer.encode(FAKE_REPLY))
+    assert b"".join(writes) == raw
