@@ -137,7 +137,9 @@ def measure(port: int, concurrency: int, rounds: int, parsers: bool) -> Level:
     )
 
 
-def start_server(port: int, parsers: bool, server_cpu: int) -> subprocess.Popen[bytes]:
+def start_server(
+    port: int, parsers: bool, server_cpu: int, extra: dict[str, str]
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "ATOM_MODEL": "SmolLM2-135M-Instruct",
@@ -146,6 +148,7 @@ def start_server(port: int, parsers: bool, server_cpu: int) -> subprocess.Popen[
         "ATOM_MAX_QUEUED_REQUESTS": "1024",
         "ATOM_NO_WEBUI": "true",
         "HOST_PARSERS": "1" if parsers else "0",
+        **extra,
     }
     if parsers:
         env |= {"ATOM_TOOL_CALL_PARSER": "hermes", "ATOM_REASONING_PARSER": "deepseek_r1"}
@@ -173,11 +176,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(LEVELS))
     parser.add_argument("--port", type=int, default=8133)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpus = cpus[0], set(cpus[1:]) or {cpus[0]}
     os.sched_setaffinity(0, client_cpus)
-    proc = start_server(args.port, args.parsers, server_cpu)
+    extra = dict(item.split("=", 1) for item in args.atom_env)
+    proc = start_server(args.port, args.parsers, server_cpu, extra)
     try:
         measure(args.port, 4, 1, args.parsers)  # warm-up: imports, first compiles
         levels = []
@@ -194,6 +199,7 @@ def main() -> None:
             "server_cpu": server_cpu,
             "client_cpus": sorted(client_cpus),
             "parsers": args.parsers,
+            "atom_env": extra,
             "levels": [asdict(level) for level in levels],
         }
         args.out.write_text(json.dumps(report, indent=1) + "\n")

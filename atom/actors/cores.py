@@ -34,6 +34,7 @@ class EngineCore:
     load_weights: Callable[[str], Any] | None = None  # new weights from a path (Runtime's)
     responses: ResponsesStore | None = None  # the Responses API's store
     sse_ping_interval_s: float = 0.0  # an idle stream's keep-alive period (0: none)
+    stream_interval: int = 1  # tokens a stream gathers before it sends
     stream_stall_timeout_s: float = 0.0  # a send the client does not take for this long aborts
     description: Mapping[str, str] = field(default_factory=dict)  # what loading chose
     # A PEFT folder read for this model (Runtime.read_lora); None: it cannot apply adapters.

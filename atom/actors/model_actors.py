@@ -59,6 +59,7 @@ def make_actor(
         responses=parts.responses,
         description=loaded.description,
         sse_ping_interval_s=parts.settings.sse_ping_interval,
+        stream_interval=parts.settings.stream_interval,
         stream_stall_timeout_s=parts.settings.stream_stall_timeout,
         read_lora=loaded.read_lora,
         images=loaded.images,

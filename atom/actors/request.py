@@ -33,11 +33,13 @@ from atom.vocabulary.events import (
     Envelope,
     Event,
     KeepAliveSent,
+    ReasoningDelta,
     RequestAborted,
     RequestAccepted,
     RequestFailed,
     RequestReceived,
     Submit,
+    TextDelta,
     TokensSampled,
 )
 from atom.vocabulary.plan import RequestPlan
@@ -141,20 +143,30 @@ class RequestActor:
         pings = shape.stream and not shape.background
         interval = (self._core.sse_ping_interval_s if pings else 0.0) or math.inf
         last_sent = trio.current_time()
+        held: list[Event] = []  # gathered since the last send (--stream-interval)
+        num_held = 0  # tokens sampled since the last send
+        num_sent = 0  # tokens sampled before it: the first ones go out at once, as vLLM's
         while not all(choice.is_finished for choice in choices):
             with trio.move_on_at(last_sent + interval) as idle:
                 batch = await self._outbox.receive_batch()
             if idle.cancelled_caught:
-                events: list[Event] = [KeepAliveSent(request_id=self.request_id)]
+                held = held or [KeepAliveSent(request_id=self.request_id)]
             elif not batch:
                 # A choice ended without finishing (the engine let the request go): the
                 # request ends by that failure, never as complete.
                 raise EngineFailed("internal error while serving the request")
             else:
-                events = self._feed(batch, choices)
-            if events:
-                await self._emit(*events)
+                held += self._feed(batch, choices)
+                num_held += sum(
+                    len(e.event.token_ids) for e in batch if isinstance(e.event, TokensSampled)
+                )
+                done = all(choice.is_finished for choice in choices)
+                if num_sent and num_held < self._core.stream_interval and not done:
+                    continue
+            if held:
+                await self._emit(*joined_deltas(held))
                 last_sent = trio.current_time()
+            held, num_held, num_sent = [], 0, num_sent + num_held
         assert self._usage is not None
         await self._emit(self._usage.completed(self._core.clock()))
 
@@ -237,6 +249,36 @@ class RequestActor:
             if not output.is_final:  # (a final one: the request has completed; it just ends)
                 self.cancel("stream_stalled")
                 await trio.lowlevel.checkpoint()  # the actor's scope ends the request here
+
+
+def joined_deltas(events: list[Event]) -> list[Event]:
+    """Consecutive text (or reasoning) deltas of one choice as one: what a stream
+    gathered goes out as one chunk a choice, its logprobs and token ids with it."""
+    out: list[Event] = []
+    for event in events:
+        last = out[-1] if out else None
+        if last is not None and _joinable(last, event):
+            out[-1] = _join(last, event)
+        else:
+            out.append(event)
+    return out
+
+
+def _joinable(last: Event, event: Event) -> bool:
+    if type(last) is not type(event) or not isinstance(event, TextDelta | ReasoningDelta):
+        return False
+    return getattr(last, "choice_idx", None) == event.choice_idx
+
+
+def _join(last: Event, event: Event) -> Event:
+    if isinstance(last, ReasoningDelta) and isinstance(event, ReasoningDelta):
+        return replace(last, text=last.text + event.text)
+    assert isinstance(last, TextDelta) and isinstance(event, TextDelta)
+    logprobs = None
+    if last.logprobs is not None or event.logprobs is not None:
+        logprobs = (*(last.logprobs or ()), *(event.logprobs or ()))
+    tokens = last.token_ids + event.token_ids
+    return replace(last, text=last.text + event.text, logprobs=logprobs, token_ids=tokens)
 
 
 def joined(outputs: list[Output]) -> list[Output]:

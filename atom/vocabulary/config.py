@@ -78,6 +78,7 @@ class Settings:
     max_n: int = 16
     shutdown_timeout: float = 30.0  # seconds running requests may finish after SIGTERM
     sse_ping_interval: float = 15.0  # an idle stream sends a keep-alive this often (0: off)
+    stream_interval: int = 1  # a stream sends once this many tokens are sampled (vLLM's)
     stream_stall_timeout: float = 60.0  # a response the client stops reading is aborted (0: off)
     watchdog_timeout: float = 300.0  # a model call running longer is fatal (0: no watchdog)
     while_asleep: WhileAsleep = WhileAsleep.REJECT  # after POST /sleep: 503, or queued
@@ -186,6 +187,8 @@ def _check_together(settings: Settings) -> None:
         raise ValueError("--lora-modules needs --enable-lora")
     if settings.max_loras < 1 or settings.max_lora_rank < 1:
         raise ValueError("--max-loras and --max-lora-rank must be at least 1")
+    if settings.stream_interval < 1:
+        raise ValueError("--stream-interval must be at least 1")
     if any(not key.strip() for key in [*settings.api_key, *settings.admin_api_key]):
         raise ValueError("--api-key / --admin-api-key: a key may not be empty or blank")
 
@@ -261,6 +264,8 @@ HELP = {
     "max_n": "largest n accepted",
     "shutdown_timeout": "seconds running requests may finish after SIGTERM (0: abort at once)",
     "sse_ping_interval": "seconds an idle stream waits before a keep-alive comment (0: off)",
+    "stream_interval": "tokens a stream gathers before it sends (its deltas as one chunk); "
+    "a client that reads slower gets what gathered meanwhile as one chunk too",
     "stream_stall_timeout": "seconds a response may wait on a client that stops reading; "
     "then the request is aborted (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",

@@ -296,3 +296,24 @@ async def test_a_request_sends_once_a_step_whatever_its_choices(tokenizer: Any) 
     # fewer than one a token of one choice (three a step when each choice wrote its own)
     assert len(writes) <= len(steps) + 2 < 2 * len(tokenizer.encode(FAKE_REPLY))
     assert b"".join(writes) == raw
+
+
+async def test_a_stream_interval_gathers_tokens_into_one_chunk_that_replays(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    """`--stream-interval 4`: after the first token, a chunk carries 4 tokens or more
+    (deltas joined), not one; the log records the joined deltas, so replay gives the
+    bytes sent."""
+    log_path = tmp_path / "requests.jsonl"
+    settings = Settings(request_log=str(log_path), stream_interval=4)
+    app = create_app(settings, load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await wait_ready(app)
+        ask = {**CHAT, "stream": True}
+        async with client.stream("POST", "/v1/chat/completions", json=ask) as r:
+            raw = b"".join([chunk async for chunk in r.aiter_raw()])
+    deltas = [c["choices"][0] for c in sse_payloads(raw)[1:-1] if c["choices"]]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == FAKE_REPLY
+    num_tokens = len(tokenizer.encode(FAKE_REPLY))  # and the end of the answer
+    assert 2 < len(deltas) <= 1 + -(-(num_tokens - 1) // 4) + 1 < num_tokens
+    assert [bytes(r.body) for r in project(read_log(log_path))] == [raw]
