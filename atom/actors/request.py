@@ -165,8 +165,8 @@ class RequestActor:
                     continue
             if held:
                 await self._emit(*joined_deltas(held))
-                last_sent = trio.current_time()
-            held, num_held, num_sent = [], 0, num_sent + num_held
+                last_sent, num_sent = trio.current_time(), num_sent + num_held
+            held, num_held = [], 0
         assert self._usage is not None
         await self._emit(self._usage.completed(self._core.clock()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -158,11 +159,14 @@ def setting_fields() -> tuple[dataclasses.Field[Any], ...]:
     return tuple(f for f in fields(Settings) if f.init)
 
 
-_HINTS = typing.get_type_hints(Settings)
-_HINTS = {
-    name: next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-    for name, hint in _HINTS.items()
-}  # fmt: skip  (X | None: X)
+def _without_none(hint: Any) -> Any:
+    """`X | None` as `X`; any other hint as it is."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return hint
+
+
+_HINTS = {name: _without_none(hint) for name, hint in typing.get_type_hints(Settings).items()}
 
 
 @contextmanager
