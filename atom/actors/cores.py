@@ -39,7 +39,7 @@ class EngineCore:
     description: Mapping[str, str] = field(default_factory=dict)  # what loading chose
     # A PEFT folder read for this model (Runtime.read_lora); None: it cannot apply adapters.
     read_lora: Callable[[str, str], LoraAdapter] | None = None
-    lora: str | None = None  # set on the core a request naming an adapter gets (Models.core)
+    lora: str | None = None  # set on the core a request naming an adapter gets (Registry.core)
     tenant: Tenant = EVERYONE  # set on the core a request gets: whose stored state it reads
     images: ImagePrompter | None = None  # a vision-language model's (Runtime's); None: text
 

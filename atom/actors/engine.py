@@ -140,7 +140,7 @@ class Engine:
         return core
 
     def core(self, requested: str | None, kinds: frozenset[ModelKind], route: str) -> Core:
-        """The loaded model a request to `route` means (Models.core); ServerDraining while
+        """The loaded model a request to `route` means (Registry.core); ServerDraining while
         the server drains, EngineFailed once the engine has stopped."""
         if self.has_stopped:
             raise EngineFailed("the engine has stopped; the server is shutting down")
