@@ -30,7 +30,7 @@ from atom.log.codec import read_log
 from atom.log.crash_ring import CrashRing
 from atom.log.writer import RequestLogger
 from atom.model.catalog import ModelKind, ModelSpec, served_models
-from atom.projections.metrics import Metrics
+from atom.projections.metrics import METRIC_EVENTS, Metrics
 from atom.projections.responses_store import ResponsesStore
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import Conflict, EngineFailed, ServerDraining
@@ -73,6 +73,8 @@ def terminate_process(grace_s: float = 1.0) -> None:
 
 
 GENERATION = frozenset({ModelKind.GENERATE})
+OPENS = (RequestReceived, PoolingRequested)  # a request's first event, and its last ones
+ENDS = (RequestCompleted, RequestFailed, RequestAborted, PoolingFinished)
 SAME_STOP_S = 1.0  # a signal this soon after the one that began the drain repeats it
 
 
@@ -96,7 +98,7 @@ class Engine:
         self.crash_ring = CrashRing.on(self.bus.subscribe, settings.crash_dump_dir)
         self.recent = RecentRequests.on(self.bus) if settings.request_log else None  # web page
         self.metrics = Metrics()
-        self.bus.subscribe(self.metrics.apply)
+        self.bus.subscribe(self.metrics.apply, METRIC_EVENTS)
         self.responses = ResponsesStore(settings.responses_store_max)
         self.phases = Phases()  # the Batchers' loop phases, recorded while a profile runs
         self.profiler: Profiler | None = None  # with --profile-dir, once the device exists
@@ -116,7 +118,7 @@ class Engine:
         self.is_failing = False  # a fatal error happened: the process is being stopped
         self._open: set[str] = set()  # requests received and not yet answered (events)
         self._none_open, self._drained = trio.Event(), trio.Event()
-        self.bus.subscribe(self._track_open)
+        self.bus.subscribe(self._track_open, (*OPENS, *ENDS))
         self.detached: dict[str, Detached] = {}  # running background tasks, by request id
         self._nursery: trio.Nursery | None = None
         self.created = int(clock())
@@ -160,11 +162,11 @@ class Engine:
     def _track_open(self, envelope: Envelope) -> None:
         """Which requests are still being answered: from their first event to their last."""
         event = envelope.event
-        if isinstance(event, RequestReceived | PoolingRequested):
+        if isinstance(event, OPENS):
             self._open.add(event.request_id)
             if self._none_open.is_set():
                 self._none_open = trio.Event()
-        elif isinstance(event, RequestCompleted | RequestFailed | RequestAborted | PoolingFinished):
+        elif isinstance(event, ENDS):
             self._open.discard(event.request_id)
             if not self._open:
                 self._none_open.set()

@@ -194,6 +194,15 @@ class ModelMetrics:
         }[family]
 
 
+# What the metrics fold reads (Engine subscribes it to these only): never a token's
+# text, reasoning or tool-call events.
+METRIC_EVENTS: tuple[type[Event], ...] = (
+    EngineStepped, EngineIdle, LoraLoaded, LoraUnloaded, PoolingRequested, PoolingFinished,
+    RequestReceived, RequestAccepted, RequestScheduled, TokensSampled, ChoiceFinished,
+    RequestReleased, RequestCompleted, RequestFailed, RequestAborted,
+)  # fmt: skip
+
+
 class Metrics:
     """Folds envelopes (a bus subscriber) into one ModelMetrics per served model: a
     request's events go to the model its RequestReceived (or PoolingRequested) named,
