@@ -38,14 +38,16 @@ FORBIDDEN = {
 }  # fmt: skip
 
 
-# Caps that catch real monsters, not caps that shape the code: a 40-line function cap
-# had six functions sitting at exactly 40 lines and a file cap of 400 had the Batcher's
-# model-state jobs split into a mixin that re-declared 15 of its attributes (issue 47).
-FILE_LINES = 500
-FUNCTION_LINES = 60
-# Functions longer than the budget, each with the reason it stays whole.
+# shared/STYLE.md's ceilings; each file or function above one is listed with its reason.
+FILE_LINES = 400
+FUNCTION_LINES = 40
+LONG_FILES = {
+    "batcher.py": "the Batcher's loop and its model-state jobs share its private state; "
+    "kept apart for this ceiling they were a mixin re-declaring 15 of its attributes",
+}
 LONG_FUNCTIONS = {
     ("loader.py", "load_runtime"): "the load sequence in order; mostly keyword arguments",
+    ("sampling.py", "sampling_params"): "one keyword per SamplingParams field",
 }
 
 
@@ -87,8 +89,8 @@ def test_functions_stay_under_the_budget() -> None:
 
 
 def test_files_stay_under_the_ceiling() -> None:
-    for path in ATOM.rglob("*.py"):
-        assert len(path.read_text().splitlines()) <= FILE_LINES, path
+    long = {p.name for p in ATOM.rglob("*.py") if len(p.read_text().splitlines()) > FILE_LINES}
+    assert long == set(LONG_FILES), long  # and no exception outlives its reason
 
 
 # Modules that say they are torch-free, and what importing the HTTP package may not do.

@@ -150,15 +150,7 @@ class Batcher:
             self._phase("schedule")
             plan = self._scheduler.schedule(await self._drafts())
             if not plan.chunks:
-                if self._scheduler.kv.usage != self._published_usage:  # aborts freed blocks
-                    self._published_usage = self._scheduler.kv.usage
-                    idle = EngineIdle(model=self._model, kv_cache_usage=self._published_usage)
-                    self._publish(idle)
-                self._wake = trio.Event()
-                self.idle.changed()
-                self._phase("idle")
-                await self._wake.wait()
-                self._phase("between steps")
+                await self._rest()
                 continue
             stats = self._scheduler.stats
             self._phase("model step")
@@ -181,6 +173,17 @@ class Batcher:
             self._phase("between steps")
             self.idle.changed()
             await trio.lowlevel.checkpoint()  # let request actors run between steps
+
+    async def _rest(self) -> None:
+        """Nothing to step: say the KV usage if aborts freed blocks, then wait for work."""
+        if self._scheduler.kv.usage != self._published_usage:
+            self._published_usage = self._scheduler.kv.usage
+            self._publish(EngineIdle(model=self._model, kv_cache_usage=self._published_usage))
+        self._wake = trio.Event()
+        self.idle.changed()
+        self._phase("idle")
+        await self._wake.wait()
+        self._phase("between steps")
 
     async def _drafts(self) -> Mapping[str, tuple[int, ...]]:
         """This step's drafts (speculative decoding); a draft model runs on the device."""

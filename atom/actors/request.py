@@ -137,7 +137,12 @@ class RequestActor:
             images=tuple(image.ref for image in submit.images),
         )
         await self._emit(accepted)
-        choices = [self._pipeline(idx) for idx in range(submit.total_choices)]
+        await self._answer([self._pipeline(idx) for idx in range(submit.total_choices)])
+
+    async def _answer(self, choices: Sequence[ChoicePipeline]) -> None:
+        """Wake once a step (or for a keep-alive): the step's tokens through the choices'
+        pipelines, sent at once or, with --stream-interval, once enough gathered; then
+        the request's RequestCompleted."""
         shape = self._request.plan.shape
         # A background stream's output goes to its tap, which counts events: no pings.
         pings = shape.stream and not shape.background
