@@ -3,31 +3,28 @@
 Loop: apply aborts → admit queued requests while sequences are free → plan one
 step → run it on the device thread (HTTP stays responsive) → publish sampled
 tokens to each request's Outbox. New requests join the running batch at step
-boundaries (continuous batching). The submit queue is bounded: when it is full
-`submit_nowait` raises Overloaded and the client gets a 429; a request that waits in it
-longer than `max_queue_wait_s` is failed with QueueTimeout (a 503).
-
-Between two steps it also changes the model's state for the admin routes: new weights,
-LoRA adapters, sleep and wake-up (the last part of the class); each is a job the loop
-runs at the step boundary, so a step never sees a half-changed runner.
+boundaries (continuous batching). The WaitQueue is bounded (full: Overloaded, a 429)
+and a request that waits in it longer than `max_queue_wait_s` gets a QueueTimeout (503).
+Between two steps it also changes the model's state for the admin routes (new weights,
+LoRA adapters, sleep, wake-up): jobs run at the step boundary, so a step never sees a
+half-changed runner.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
-import outcome
 import trio
 
-from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJob, Queued
+from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJobs, Queued
 from atom.actors.device import DeviceThread
 from atom.actors.idle import IdleWatch
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
+from atom.actors.wait_queue import WaitQueue
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler
@@ -38,7 +35,6 @@ from atom.vocabulary.errors import (
     EngineFailed,
     ModelAsleep,
     ModelNotFound,
-    Overloaded,
     QueueTimeout,
 )
 from atom.vocabulary.events import (
@@ -79,9 +75,9 @@ class Batcher:
         self._runner = runner
         self._scheduler = scheduler
         self._publish = publish
-        self._queue: deque[Queued] = deque()  # oldest first
-        self._max_queued = max_queued_requests
-        self._max_queue_wait_s = max_queue_wait_s
+        self._queue = WaitQueue(
+            max_queued_requests, max_queue_wait_s, by_priority=scheduler.by_priority
+        )
         self._is_closed = False
         self._to_aborts, self._aborts = trio.open_memory_channel[Abort](math.inf)
         self._running: dict[str, Admitted] = {}
@@ -91,7 +87,7 @@ class Batcher:
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
-        self._jobs: list[BoundaryJob] = []  # model-state changes waiting for the step boundary
+        self._jobs = BoundaryJobs(wake=lambda: self._wake.set())  # model-state changes
         self.loras: set[str] = set()  # the LoRA adapters the runner holds (docs/lora.md)
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
@@ -109,9 +105,7 @@ class Batcher:
             raise self._asleep()
         if submit.lora is not None and submit.lora not in self.loras:
             raise ModelNotFound(f"the adapter `{submit.lora}` is no longer served", param="model")
-        if len(self._queue) >= self._max_queued:
-            raise Overloaded("the server is overloaded; retry later")
-        self._queue.append(Queued(submit, outbox, trio.current_time()))
+        self._queue.put(submit, outbox)
         self._wake.set()
 
     def reset_prefix_cache_nowait(self) -> None:
@@ -143,7 +137,7 @@ class Batcher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            await self._run_jobs()
+            await self._jobs.run_due(is_running=bool(self._running))
             self._apply_aborts()
             self._apply_reset()
             self._admit()
@@ -203,16 +197,12 @@ class Batcher:
         """Close every outbox with `error` (the Batcher is dying) and refuse new submits.
         Idempotent."""
         self._is_closed = True
-        for job in self._jobs:  # their callers get the error
-            job.result.append(outcome.Error(error))
-            job.done.set()
-        self._jobs.clear()
+        self._jobs.fail_all(error)
         for outbox in [
             *(a.outbox for a in self._running.values()),
-            *(q.outbox for q in self._queue),
+            *(q.outbox for q in self._queue.take_all()),
         ]:
             outbox.close(error)
-        self._queue.clear()
 
     def _apply_aborts(self) -> None:
         while True:
@@ -231,14 +221,17 @@ class Batcher:
     def _admit(self) -> None:
         """Admit queued requests oldest first while the scheduler has room, dropping the
         abandoned ones as they reach the head, after failing those that waited too long."""
-        self._expire()
+        for queued in self._queue.expired():
+            wait = f"{self._queue.max_wait_s:g}"
+            timeout = QueueTimeout(f"the request waited more than {wait} s in the queue")
+            self._refuse(queued, timeout)
         while self._queue and not self.sleep_level:
-            head = self._next_queued()
+            head = self._queue.head()
             if not head.outbox.is_abandoned and not self._scheduler.can_admit(
                 head.submit.total_choices
             ):
                 return
-            self._queue.remove(head)  # the first, unless a priority came before it
+            self._queue.remove(head)
             if head.outbox.is_abandoned:
                 head.outbox.close()
                 self._publish(
@@ -251,20 +244,6 @@ class Batcher:
             self._publish(
                 RequestScheduled(request_id=submit.request_id, num_running=len(self._running))
             )
-
-    def _next_queued(self) -> Queued:
-        """The request admitted next: the oldest, or the oldest of the lowest priority."""
-        if not self._scheduler.by_priority:
-            return self._queue[0]
-        return min(self._queue, key=lambda q: q.submit.priority)  # min keeps the first
-
-    def _expire(self) -> None:
-        """Fail the requests that waited longer than max_queue_wait_s (the oldest are first)."""
-        deadline = trio.current_time() - self._max_queue_wait_s
-        while self._queue and self._queue[0].queued_at < deadline:
-            wait = f"{self._max_queue_wait_s:g}"
-            timeout = QueueTimeout(f"the request waited more than {wait} s in the queue")
-            self._refuse(self._queue.popleft(), timeout)
 
     def _refuse(self, queued: Queued, error: AtomError) -> None:
         """A queued request that will not be admitted: its client gets `error`."""
@@ -317,9 +296,7 @@ class Batcher:
             admitted.outbox.close()
             self._publish(RequestReleased(request_id=request_id, was_scheduled=True))
 
-    # --- model state, asked by the admin routes, applied between two steps: new weights,
-    # LoRA adapters added and removed, sleep and wake-up. Each is a job the loop runs at
-    # the step boundary (`_run_jobs`), so a step never sees a half-changed runner.
+    # --- model state for the admin routes: jobs run at the step boundary (BoundaryJobs) ---
 
     async def replace_weights(self, weights: Any, *, source: str, version: str | None) -> int:
         """The runner takes `weights` between two steps and every cached prefix is
@@ -387,8 +364,8 @@ class Batcher:
             return
         self.sleep_level = level
         if self._reject_while_asleep:
-            while self._queue:
-                self._refuse(self._queue.popleft(), self._asleep())
+            for queued in self._queue.take_all():
+                self._refuse(queued, self._asleep())
 
         async def fall_asleep() -> None:
             if self.sleep_level:  # no wake-up came first
@@ -420,16 +397,4 @@ class Batcher:
     ) -> None:
         if self._is_closed:
             raise EngineFailed("the engine is not running")
-        job = BoundaryJob(run, when_idle)
-        self._jobs.append(job)
-        self._wake.set()
-        with trio.CancelScope(shield=True):  # asked is done: the caller leaving stops nothing
-            await job.done.wait()
-        job.result[0].unwrap()
-
-    async def _run_jobs(self) -> None:
-        for job in list(self._jobs):
-            if not (job.when_idle and self._running):
-                self._jobs.remove(job)
-                job.result.append(await outcome.acapture(job.run))
-                job.done.set()
+        await self._jobs.ask(run, when_idle=when_idle)

@@ -42,6 +42,39 @@ class BoundaryJob:
     result: list[outcome.Outcome[None]] = field(default_factory=list)
 
 
+class BoundaryJobs:
+    """The model-state changes a Batcher was asked for, waiting for its step boundary:
+    `ask` queues one and waits (shielded: asked is done) for its outcome; the Batcher's
+    loop runs the due ones between two steps (`run_due`)."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake  # the Batcher's loop, if it is resting
+        self._jobs: list[BoundaryJob] = []
+
+    async def ask(self, run: Callable[[], Awaitable[None]], *, when_idle: bool) -> None:
+        job = BoundaryJob(run, when_idle)
+        self._jobs.append(job)
+        self._wake()
+        with trio.CancelScope(shield=True):  # the caller leaving stops nothing
+            await job.done.wait()
+        job.result[0].unwrap()
+
+    async def run_due(self, *, is_running: bool) -> None:
+        """Every job due now (`when_idle` ones only once no request runs), in order."""
+        for job in list(self._jobs):
+            if not (job.when_idle and is_running):
+                self._jobs.remove(job)
+                job.result.append(await outcome.acapture(job.run))
+                job.done.set()
+
+    def fail_all(self, error: Exception) -> None:
+        """Their callers get `error` (the Batcher is dying)."""
+        for job in self._jobs:
+            job.result.append(outcome.Error(error))
+            job.done.set()
+        self._jobs.clear()
+
+
 @dataclass(slots=True)
 class Admitted:
     submit: Submit
