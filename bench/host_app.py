@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from atom.actors.cores import Loaded
@@ -63,7 +63,6 @@ class CountingRunner:
     runner: FakeRunner
     num_steps: int = 0
     step_s: float = 0.0
-    _extra: dict[str, Any] = field(default_factory=dict)
 
     def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         began = time.perf_counter()

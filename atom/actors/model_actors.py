@@ -22,7 +22,6 @@ from atom.model.scheduling.scheduler import Scheduler
 from atom.projections.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 from atom.vocabulary.config import Settings
-from atom.vocabulary.speculative import SpeculativeConfig
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +35,6 @@ class ActorParts:
     clock: Clock
     responses: ResponsesStore
     phases: Phases | None
-    speculation: SpeculativeConfig | None
 
 
 def make_actor(
@@ -117,7 +115,7 @@ def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThrea
         eos_token_ids=runner.eos_token_ids,
         max_model_len=runtime.max_model_len,
         by_priority=s.scheduling_policy == "priority",
-        speculation=parts.speculation,
+        speculation=parts.settings.speculative,
         draft=runtime.draft,
         max_loras=s.max_loras,
     )

@@ -74,14 +74,12 @@ class Models:
         self._stopped = trio.Event()  # stop() was called: run() returns once actors end
         if settings.models_max is not None and len(specs) > settings.models_max:
             raise ValueError(f"--models-max {settings.models_max} is fewer than the --model values")
-        self._speculation = settings.speculative
         self._parts = ActorParts(
             settings=settings,
             bus=bus,
             clock=clock,
             responses=responses,
             phases=phases,
-            speculation=self._speculation,
         )
 
     # --- lifecycle -------------------------------------------------------------------
@@ -176,7 +174,7 @@ class Models:
         is alive frozen (heap.loading)."""
         with loading():
             loaded = self._load(self.settings, spec)
-            config = self._speculation
+            config = self.settings.speculative
             if config is not None and config.model is not None and isinstance(loaded, Runtime):
                 loaded = self._with_draft(loaded, spec, config.model, config.quantization)
         return loaded
