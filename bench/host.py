@@ -52,6 +52,7 @@ class Level:
     ttft_p99_ms: float
     steps: int
     host_ms_per_step: float  # wall time over the runner's steps: all host at zero model cost
+    server_cpu_us_per_token: float  # the server process's CPU time (all threads) a token
 
 
 def body(parsers: bool) -> bytes:
@@ -117,11 +118,17 @@ def steps(url: str) -> dict[str, float]:
     return httpx.get(f"{url}/bench/steps", timeout=30).json()  # type: ignore[no-any-return]
 
 
-def measure(port: int, concurrency: int, rounds: int, parsers: bool) -> Level:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(port: int, pid: int, concurrency: int, rounds: int, parsers: bool) -> Level:
     url = f"http://127.0.0.1:{port}"
-    before = steps(url)
+    before, cpu_before = steps(url), cpu_seconds(pid)
     seconds, ttfts, tokens = trio.run(run_level, port, concurrency, rounds, body(parsers))
-    after = steps(url)
+    after, cpu = steps(url), cpu_seconds(pid) - cpu_before
     num_steps = int(after["steps"] - before["steps"])
     ttft_ms = sorted(t * 1000 for t in ttfts)
     return Level(
@@ -134,6 +141,7 @@ def measure(port: int, concurrency: int, rounds: int, parsers: bool) -> Level:
         ttft_p99_ms=round(ttft_ms[min(len(ttft_ms) - 1, int(len(ttft_ms) * 0.99))], 2),
         steps=num_steps,
         host_ms_per_step=round(seconds * 1000 / max(num_steps, 1), 3),
+        server_cpu_us_per_token=round(cpu * 1e6 / max(tokens, 1), 1),
     )
 
 
@@ -184,10 +192,11 @@ def main() -> None:
     extra = dict(item.split("=", 1) for item in args.atom_env)
     proc = start_server(args.port, args.parsers, server_cpu, extra)
     try:
-        measure(args.port, 4, 1, args.parsers)  # warm-up: imports, first compiles
+        measure(args.port, proc.pid, 4, 1, args.parsers)  # warm-up: imports, first compiles
         levels = []
         for concurrency in args.concurrency:
-            level = measure(args.port, concurrency, LEVELS.get(concurrency, 1), args.parsers)
+            rounds = LEVELS.get(concurrency, 1)
+            level = measure(args.port, proc.pid, concurrency, rounds, args.parsers)
             print(json.dumps(asdict(level)), flush=True)
             levels.append(level)
     finally:

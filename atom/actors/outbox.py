@@ -14,6 +14,7 @@ class Outbox:
         self._items: list[Envelope] = []
         self._arrived = trio.Event()
         self._error: AtomError | None = None
+        self._is_poked = False  # the request side asked to wake (a keep-alive is due)
         self.is_closed = False  # the Batcher will put nothing more
         self.is_abandoned = False  # the request actor wants nothing more
 
@@ -32,16 +33,23 @@ class Outbox:
         self._error = error
         self._arrived.set()
 
+    def poke(self) -> None:
+        """Request side: wake the waiting `receive_batch` with nothing (a keep-alive is
+        due), from another task of the request."""
+        self._is_poked = True
+        self._arrived.set()
+
     def abandon(self) -> None:
         """Request side: stop producing for this request (it was aborted)."""
         self.is_abandoned = True
 
     async def receive_batch(self) -> list[Envelope]:
-        """Everything pending, waiting for at least one item; [] once closed and drained."""
-        while not self._items and not self.is_closed:
+        """Everything pending, waiting for at least one item or a poke; [] once closed
+        and drained, or for a poke (`is_closed` tells them apart)."""
+        while not self._items and not self.is_closed and not self._is_poked:
             await self._arrived.wait()
             self._arrived = trio.Event()
-        items, self._items = self._items, []
+        items, self._items, self._is_poked = self._items, [], False
         if not items and self._error is not None:
             raise self._error
         return items

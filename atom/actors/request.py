@@ -78,6 +78,10 @@ class RequestActor:
         self._usage: RequestUsage | None = None  # from the RequestReceived on
         self._scope: trio.CancelScope | None = None
         self._cancelled_as: str | None = None  # why `cancel` ended the request
+        self._last_sent = trio.current_time()  # when the last Output went out
+        # Around the answer loop: its deadline is a write's stall timeout while one waits
+        # on the socket (one scope a request, not one a write).
+        self._stall: trio.CancelScope | None = None
 
     @property
     def request_id(self) -> str:
@@ -94,6 +98,8 @@ class RequestActor:
                     if self._cancelled_as is not None:
                         nursery.cancel_scope.cancel()
                     nursery.start_soon(self._watch_disconnect, nursery.cancel_scope)
+                    if self._pings_every_s < math.inf:
+                        nursery.start_soon(self._keep_alive, self._pings_every_s)
                     await self._generate()
                     nursery.cancel_scope.cancel()  # the response is complete
             except* AtomError as group:
@@ -137,29 +143,50 @@ class RequestActor:
             images=tuple(image.ref for image in submit.images),
         )
         await self._emit(accepted)
-        await self._answer([self._pipeline(idx) for idx in range(submit.total_choices)])
+        with trio.CancelScope() as stall:
+            self._stall = stall
+            await self._answer([self._pipeline(idx) for idx in range(submit.total_choices)])
+        self._stall = None
+        if stall.cancelled_caught:  # a write waited past --stream-stall-timeout
+            log.warning("stream_stalled", timeout_s=self._core.stream_stall_timeout_s)
+            self.cancel("stream_stalled")
+            await trio.lowlevel.checkpoint()  # the actor's scope ends the request here
+        assert self._usage is not None
+        await self._emit(self._usage.completed(self._core.clock()))
+
+    @property
+    def _pings_every_s(self) -> float:
+        """How long a stream stays quiet before a keep-alive; a background stream's
+        output goes to its tap, which counts events: no pings."""
+        shape = self._request.plan.shape
+        pings = shape.stream and not shape.background
+        return (self._core.sse_ping_interval_s if pings else 0.0) or math.inf
+
+    async def _keep_alive(self, interval: float) -> None:
+        """Wake the answer loop with nothing once the stream has been quiet `interval` s."""
+        due = self._last_sent + interval
+        while True:
+            await trio.sleep_until(due)
+            due = self._last_sent + interval
+            if trio.current_time() >= due:
+                self._outbox.poke()
+                due = trio.current_time() + interval
 
     async def _answer(self, choices: Sequence[ChoicePipeline]) -> None:
         """Wake once a step (or for a keep-alive): the step's tokens through the choices'
-        pipelines, sent at once or, with --stream-interval, once enough gathered; then
-        the request's RequestCompleted."""
-        shape = self._request.plan.shape
-        # A background stream's output goes to its tap, which counts events: no pings.
-        pings = shape.stream and not shape.background
-        interval = (self._core.sse_ping_interval_s if pings else 0.0) or math.inf
-        last_sent = trio.current_time()
+        pipelines, sent at once or, with --stream-interval, once enough gathered. A
+        write the client does not take in time ends it (the stall scope around it)."""
         held: list[Event] = []  # gathered since the last send (--stream-interval)
         num_held = 0  # tokens sampled since the last send
         num_sent = 0  # tokens sampled before it: the first ones go out at once, as vLLM's
         while not all(choice.is_finished for choice in choices):
-            with trio.move_on_at(last_sent + interval) as idle:
-                batch = await self._outbox.receive_batch()
-            if idle.cancelled_caught:
-                held = held or [KeepAliveSent(request_id=self.request_id)]
-            elif not batch:
+            batch = await self._outbox.receive_batch()
+            if not batch and self._outbox.is_closed:
                 # A choice ended without finishing (the engine let the request go): the
                 # request ends by that failure, never as complete.
                 raise EngineFailed("internal error while serving the request")
+            if not batch:  # poked: the stream has been quiet for the keep-alive period
+                held = held or [KeepAliveSent(request_id=self.request_id)]
             else:
                 held += self._feed(batch, choices)
                 num_held += sum(
@@ -170,10 +197,8 @@ class RequestActor:
                     continue
             if held:
                 await self._emit(*joined_deltas(held))
-                last_sent, num_sent = trio.current_time(), num_sent + num_held
+                num_sent += num_held
             held, num_held = [], 0
-        assert self._usage is not None
-        await self._emit(self._usage.completed(self._core.clock()))
 
     def _pipeline(self, idx: int) -> ChoicePipeline:
         request = self._request
@@ -243,17 +268,22 @@ class RequestActor:
             await self._send(output)
 
     async def _send(self, output: Output) -> None:
+        """Hand `output` to the server. A send waits while the socket's buffers are full:
+        a client that stopped reading would hold the request (and what the Batcher keeps
+        producing for it) for ever, so a send has --stream-stall-timeout to go out."""
+        timeout = self._core.stream_stall_timeout_s or math.inf
         if output.is_final:
             self._is_done = True  # an http.disconnect from now on is the connection closing
-        # A send waits while the socket's buffers are full: a client that stopped reading
-        # would hold the request (and what the Batcher keeps producing for it) for ever.
-        with trio.move_on_after(self._core.stream_stall_timeout_s or math.inf) as stall:
+        if self._stall is not None and not output.is_final:
+            self._stall.deadline = trio.current_time() + timeout
             await self._respond(output)
-        if stall.cancelled_caught:
-            log.warning("stream_stalled", timeout_s=self._core.stream_stall_timeout_s)
-            if not output.is_final:  # (a final one: the request has completed; it just ends)
-                self.cancel("stream_stalled")
-                await trio.lowlevel.checkpoint()  # the actor's scope ends the request here
+            self._stall.deadline = math.inf
+        else:  # (a final one: the request has completed, a stall just ends it)
+            with trio.move_on_after(timeout) as stall:
+                await self._respond(output)
+            if stall.cancelled_caught:
+                log.warning("stream_stalled", timeout_s=timeout)
+        self._last_sent = trio.current_time()
 
 
 def joined_deltas(events: list[Event]) -> list[Event]:
