@@ -166,7 +166,7 @@ class Batcher:
             )
             self._phase("between steps")
             self.idle.changed()
-            await trio.lowlevel.checkpoint()  # let request actors run between steps
+            # (request actors take the step's tokens while the device runs the next one)
 
     async def _rest(self) -> None:
         """Nothing to step: say the KV usage if aborts freed blocks, then wait for work."""

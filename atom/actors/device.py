@@ -17,7 +17,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from functools import partial
+from typing import Generic, TypeVar
 
 import outcome
 import trio
@@ -34,21 +35,18 @@ class DeviceThread:
         self._thread.start()
 
     async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
-        """Run `fn(*args)` on the device thread; the caller waits for it even when
-        cancelled (a model call cannot be interrupted half way)."""
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-        result: list[outcome.Outcome[T]] = []
+        """Run `fn(*args)` on the device thread; a cancelled caller raises Cancelled
+        before it starts, and once started the caller waits for it even when cancelled
+        (a model call cannot be interrupted half way).
 
-        def job() -> None:
-            result.append(outcome.capture(fn, *args))
-            with contextlib.suppress(trio.RunFinishedError):  # no loop left: nobody waits
-                token.run_sync_soon(done.set)
-
-        self._jobs.put(job)
-        with trio.CancelScope(shield=True):
-            await done.wait()
-        return result[0].unwrap()
+        The caller first lets every other runnable task take its turn, then looks: a
+        job done by then (a fast step, or a busy loop) is taken at once, without the
+        trip through Trio's wake-up socket that a waiter costs (a loop iteration)."""
+        handoff: _Handoff[T] = _Handoff(trio.lowlevel.current_trio_token(), fn, args)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        self._jobs.put(handoff.run)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return await handoff.result()
 
     def close(self) -> None:
         """Let the thread end after the jobs already queued."""
@@ -61,3 +59,36 @@ class DeviceThread:
                 job()
             finally:
                 self.busy_since = None
+
+
+class _Handoff(Generic[T]):
+    """One job's result, from the device thread to the Trio task that waits for it."""
+
+    def __init__(
+        self, token: trio.lowlevel.TrioToken, fn: Callable[..., T], args: tuple[object, ...]
+    ) -> None:
+        self._token = token
+        self._call = partial(fn, *args)
+        self._lock = threading.Lock()
+        self._outcome: outcome.Outcome[T] | None = None
+        self._done: trio.Event | None = None  # set once the caller has to wait
+
+    def run(self) -> None:
+        """Device thread: run the job; wake the caller if it waits already."""
+        result = outcome.capture(self._call)
+        with self._lock:
+            self._outcome, done = result, self._done
+        if done is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # no loop left: nobody waits
+                self._token.run_sync_soon(done.set)
+
+    async def result(self) -> T:
+        """Trio side: the job's result, waiting (shielded) if it is not done yet."""
+        with self._lock:
+            if self._outcome is None:
+                self._done = trio.Event()
+        if self._done is not None:
+            with trio.CancelScope(shield=True):
+                await self._done.wait()
+        assert self._outcome is not None
+        return self._outcome.unwrap()

@@ -25,21 +25,19 @@ from atom.actors.outbox import Outbox
 from atom.projections.renderers import renderer_for
 from atom.projections.usage import RequestUsage
 from atom.projections.wire import Output
+from atom.text.gathering import fed
 from atom.text.pipeline import ChoicePipeline, pipeline_for
 from atom.vocabulary.errors import AtomError, EngineFailed
 from atom.vocabulary.events import (
     Abort,
     ClientDisconnected,
-    Envelope,
     Event,
     KeepAliveSent,
-    ReasoningDelta,
     RequestAborted,
     RequestAccepted,
     RequestFailed,
     RequestReceived,
     Submit,
-    TextDelta,
     TokensSampled,
 )
 from atom.vocabulary.plan import RequestPlan
@@ -173,56 +171,39 @@ class RequestActor:
                 due = trio.current_time() + interval
 
     async def _answer(self, choices: Sequence[ChoicePipeline]) -> None:
-        """Wake once a step (or for a keep-alive): the step's tokens through the choices'
-        pipelines, sent at once or, with --stream-interval, once enough gathered. A
-        write the client does not take in time ends it (the stall scope around it)."""
-        held: list[Event] = []  # gathered since the last send (--stream-interval)
-        num_held = 0  # tokens sampled since the last send
-        num_sent = 0  # tokens sampled before it: the first ones go out at once, as vLLM's
+        """Wake once a step or more (or for a keep-alive): the tokens taken since the last
+        send through the choices' pipelines in one feed, sent at once or, with
+        --stream-interval, once enough gathered. A write the client does not take in time
+        ends it (the stall scope around it)."""
+        assert self._usage is not None
+        held: list[TokensSampled] = []  # taken since the last send
+        num_sent = 0  # tokens sent before: the first ones go out at once, as vLLM's
         while not all(choice.is_finished for choice in choices):
             batch = await self._outbox.receive_batch()
             if not batch and self._outbox.is_closed:
                 # A choice ended without finishing (the engine let the request go): the
                 # request ends by that failure, never as complete.
                 raise EngineFailed("internal error while serving the request")
+            for envelope in batch:
+                self._usage.apply(envelope)
+                assert isinstance(envelope.event, TokensSampled)
+                held.append(envelope.event)
+            num_held = sum(len(sampled.token_ids) for sampled in held)
+            ends = any(sampled.finish_reason is not None for sampled in held)
+            if batch and num_sent and num_held < self._core.stream_interval and not ends:
+                continue
+            events = fed(choices, held, self._stop_choice)
             if not batch:  # poked: the stream has been quiet for the keep-alive period
-                held = held or [KeepAliveSent(request_id=self.request_id)]
-            else:
-                held += self._feed(batch, choices)
-                num_held += sum(
-                    len(e.event.token_ids) for e in batch if isinstance(e.event, TokensSampled)
-                )
-                done = all(choice.is_finished for choice in choices)
-                if num_sent and num_held < self._core.stream_interval and not done:
-                    continue
-            if held:
-                await self._emit(*joined_deltas(held))
-                num_sent += num_held
-            held, num_held = [], 0
+                events = events or [KeepAliveSent(request_id=self.request_id)]
+            if events:
+                await self._emit(*events)
+            held, num_sent = [], num_sent + num_held
 
     def _pipeline(self, idx: int) -> ChoicePipeline:
         request = self._request
         return pipeline_for(
             self.request_id, request.plan, request.submit.prompts, idx, self._core.tokenizer
         )
-
-    def _feed(self, batch: list[Envelope], choices: Sequence[ChoicePipeline]) -> list[Event]:
-        """A step's tokens through their choices' pipelines: the events to send. A choice
-        that stopped early drops what still arrives; one stopped by a stop string frees
-        its sequence now."""
-        assert self._usage is not None
-        events: list[Event] = []
-        for envelope in batch:
-            self._usage.apply(envelope)
-            sampled = envelope.event
-            assert isinstance(sampled, TokensSampled)
-            choice = choices[sampled.choice_idx]
-            if choice.is_finished:
-                continue
-            events += choice.feed(sampled)
-            if choice.is_finished and choice.is_stopped_by_string:
-                self._stop_choice(sampled.choice_idx)
-        return events
 
     async def _watch_disconnect(self, cancel_scope: trio.CancelScope) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -284,36 +265,6 @@ class RequestActor:
             if stall.cancelled_caught:
                 log.warning("stream_stalled", timeout_s=timeout)
         self._last_sent = trio.current_time()
-
-
-def joined_deltas(events: list[Event]) -> list[Event]:
-    """Consecutive text (or reasoning) deltas of one choice as one: what a stream
-    gathered goes out as one chunk a choice, its logprobs and token ids with it."""
-    out: list[Event] = []
-    for event in events:
-        last = out[-1] if out else None
-        if last is not None and _joinable(last, event):
-            out[-1] = _join(last, event)
-        else:
-            out.append(event)
-    return out
-
-
-def _joinable(last: Event, event: Event) -> bool:
-    if type(last) is not type(event) or not isinstance(event, TextDelta | ReasoningDelta):
-        return False
-    return getattr(last, "choice_idx", None) == event.choice_idx
-
-
-def _join(last: Event, event: Event) -> Event:
-    if isinstance(last, ReasoningDelta) and isinstance(event, ReasoningDelta):
-        return replace(last, text=last.text + event.text)
-    assert isinstance(last, TextDelta) and isinstance(event, TextDelta)
-    logprobs = None
-    if last.logprobs is not None or event.logprobs is not None:
-        logprobs = (*(last.logprobs or ()), *(event.logprobs or ()))
-    tokens = last.token_ids + event.token_ids
-    return replace(last, text=last.text + event.text, logprobs=logprobs, token_ids=tokens)
 
 
 def joined(outputs: list[Output]) -> list[Output]:

@@ -15,17 +15,21 @@ from typing import Any
 from atom.log.legacy import plan_of, with_params
 from atom.projections.renderers import Renderer, renderer_for
 from atom.projections.wire_pooling import PoolingRenderer
+from atom.text.gathering import fed
 from atom.text.pipeline import ChoicePipeline, pipeline_for
 from atom.vocabulary.events import (
     ChoiceFinished,
     Envelope,
     Event,
     PoolingRequested,
+    PromptChunkComputed,
     ReasoningDelta,
     RequestAccepted,
     RequestCompleted,
     RequestEvent,
     RequestReceived,
+    RequestReleased,
+    RequestScheduled,
     TextDelta,
     TokensSampled,
     ToolArgumentsDelta,
@@ -89,6 +93,8 @@ def renderer_of(received: RequestReceived | PoolingRequested) -> Renderer:
 
 
 _TEXT_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolArgumentsDelta, ChoiceFinished)
+# What the Batcher publishes for a request: never a sign that the request took its tokens.
+_ENGINE_EVENTS = (TokensSampled, RequestScheduled, PromptChunkComputed, RequestReleased)
 
 
 def reparse(
@@ -104,6 +110,7 @@ def reparse(
     rebuild = _Reparse(tokenizer, tool_call_parser, reasoning_parser)
     for envelope in envelopes:
         yield from rebuild.feed(envelope)
+    yield from rebuild.flush()
 
 
 class _Reparse:
@@ -113,13 +120,19 @@ class _Reparse:
         self._tokenizer = tokenizer
         self._parsers = (tool_call_parser, reasoning_parser)
         self._received: dict[str, RequestReceived] = {}
-        self._pipelines: dict[tuple[str, int], ChoicePipeline] = {}
+        self._pipelines: dict[str, list[ChoicePipeline]] = {}  # a request's, a choice
+        self._taken: dict[str, list[Envelope]] = {}  # a request's tokens since its output
         self._reasoning_tokens: dict[str, int] = {}
 
     def feed(self, envelope: Envelope) -> Iterator[Envelope]:
         event = envelope.event
+        rid = getattr(event, "request_id", None)
+        if rid in self._taken and not isinstance(event, _ENGINE_EVENTS):
+            # The request's first output since it took these tokens: as live, their
+            # text comes out of one feed (atom/text/gathering.py), just before it.
+            yield from self._rebuilt(rid, self._taken.pop(rid))
         if isinstance(event, _TEXT_EVENTS):
-            return  # rebuilt below from the tokens
+            return  # rebuilt from the tokens
         if isinstance(event, RequestReceived):
             self._received[event.request_id] = event
         elif isinstance(event, RequestAccepted):
@@ -128,9 +141,14 @@ class _Reparse:
             total = self._reasoning_tokens.get(event.request_id, 0)
             event = replace(event, reasoning_tokens=total if self._parsers[1] else None)
         yield replace(envelope, event=event)
-        if isinstance(event, TokensSampled):
-            for new in self._rebuilt(event):
-                yield Envelope(seq=envelope.seq, at=envelope.at, event=new)
+        if isinstance(event, TokensSampled) and event.request_id in self._pipelines:
+            self._taken.setdefault(event.request_id, []).append(envelope)
+
+    def flush(self) -> Iterator[Envelope]:
+        """The text of tokens no output followed (the log ends there)."""
+        for rid, taken in self._taken.items():
+            yield from self._rebuilt(rid, taken)
+        self._taken.clear()
 
     def _start(self, accepted: RequestAccepted) -> None:
         received = self._received.get(accepted.request_id)
@@ -139,19 +157,18 @@ class _Reparse:
         plan = with_params(plan_of(received), received, accepted)
         plan = replace(plan, text=plan.text.with_parsers(*self._parsers))
         prompts = accepted.prompts
-        for idx in range(accepted.num_choices):
-            pipeline = pipeline_for(accepted.request_id, plan, prompts, idx, self._tokenizer)
-            self._pipelines[(accepted.request_id, idx)] = pipeline
+        self._pipelines[accepted.request_id] = [
+            pipeline_for(accepted.request_id, plan, prompts, idx, self._tokenizer)
+            for idx in range(accepted.num_choices)
+        ]
 
-    def _rebuilt(self, sampled: TokensSampled) -> list[Event]:
-        pipeline = self._pipelines.get((sampled.request_id, sampled.choice_idx))
-        if pipeline is None or pipeline.is_finished:
-            return []  # a choice stopped by a stop string drops what still came, as live
-        events = pipeline.feed(sampled)
-        for new in events:
+    def _rebuilt(self, request_id: str, taken: list[Envelope]) -> Iterator[Envelope]:
+        """The text events of the tokens a request took in one wake, stamped like the
+        last of them."""
+        steps = [e.event for e in taken if isinstance(e.event, TokensSampled)]
+        for new in fed(self._pipelines[request_id], steps):
             if isinstance(new, ChoiceFinished) and new.num_reasoning_tokens:
-                rid = new.request_id
-                self._reasoning_tokens[rid] = (
-                    self._reasoning_tokens.get(rid, 0) + new.num_reasoning_tokens
+                self._reasoning_tokens[request_id] = (
+                    self._reasoning_tokens.get(request_id, 0) + new.num_reasoning_tokens
                 )
-        return events
+            yield Envelope(seq=taken[-1].seq, at=taken[-1].at, event=new)

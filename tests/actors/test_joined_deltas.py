@@ -3,7 +3,7 @@ joined in order; other events, and deltas of another choice or kind, stay apart.
 
 from __future__ import annotations
 
-from atom.actors.request import joined_deltas
+from atom.text.gathering import joined_deltas
 from atom.vocabulary.events import (
     ChoiceFinished,
     FinishReason,
