@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from atom.text.choice_text import ChoiceText
-from atom.text.detokenizer import IncrementalDetokenizer
+from atom.text.detokenizer import IncrementalDetokenizer, direct_decode
 from atom.vocabulary.events import FinishReason, SamplingParams, TokenLogprobs
 
 TEXTS = [
@@ -24,6 +24,31 @@ def test_token_by_token_equals_whole_decode(tokenizer: Any, text: str) -> None:
     pieces.append(detok.flush())
     assert "".join(pieces) == tokenizer.decode(ids)
     assert all("\ufffd" not in piece for piece in pieces)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_direct_decode_gives_the_tokenizers_text(tokenizer: Any, skip: bool) -> None:
+    ids = [tokenizer.eos_token_id, *tokenizer.encode(" ".join(TEXTS), add_special_tokens=False)]
+    ids += [tokenizer.bos_token_id or 0, 13, tokenizer.eos_token_id]
+    decode = direct_decode(tokenizer)
+    for start in range(0, len(ids), 7):
+        window = ids[start : start + 9]
+        assert decode(window, skip) == tokenizer.decode(window, skip_special_tokens=skip)
+
+
+def test_a_tokenizer_that_cleans_up_spaces_keeps_its_own_decode() -> None:
+    class Backend:
+        def decode(self, token_ids: Any, skip_special_tokens: bool = True) -> str:
+            raise AssertionError("the backend skips the wrapper's clean-up")
+
+    class CleaningUp:
+        clean_up_tokenization_spaces = True
+        backend_tokenizer = Backend()
+
+        def decode(self, token_ids: Any, skip_special_tokens: bool = True) -> str:
+            return f"{list(token_ids)} {skip_special_tokens}"
+
+    assert direct_decode(CleaningUp())([1, 2], False) == "[1, 2] False"
 
 
 def test_multibyte_character_is_never_split(tokenizer: Any) -> None:
