@@ -46,8 +46,15 @@ class Output:
     retry_after_s: int | None = None  # an error's Retry-After header
 
 
+# One encoder for every body and chunk: `json.dumps` with arguments builds a new one a
+# call. The standard library's, not orjson's or msgspec's: they write some floats in
+# other text (1e-05 as 0.00001, a logprob of a sure token), and replay must give the
+# bytes a client got (docs/performance.md, "The host path").
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def usage_of(done: RequestCompleted) -> dict[str, Any]:
