@@ -8,8 +8,10 @@ runs `c` clients, each sending its requests one after the other over a raw socke
 answers report), time to first token (p50, p99) and the server's host time a step
 (wall time over the steps the runner took). `--parsers` serves a reply with a
 reasoning block and a tool call through `--reasoning-parser deepseek_r1` and
-`--tool-call-parser hermes`, each request offering a tool. docs/performance.md has
-today's figures."""
+`--tool-call-parser hermes`, each request offering a tool. `--bare` serves hypercorn
+alone, a chunk a token and nothing else (`bench/host_bare_app.py`): the ceiling of any
+server on it that writes a chunk a token. It also reports the server's CPU time a token
+(all its threads). docs/performance.md has today's figures."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ import httpx
 import trio
 
 LEVELS = {1: 20, 16: 4, 64: 2, 256: 1}  # concurrency → requests per client
+APP = "bench.host_app:app"
+BARE_APP = "bench.host_bare_app:app"  # hypercorn alone: its ceiling
 FIRST_TOKEN = re.compile(rb'"(?:reasoning_)?content":"[^"]')
 USAGE = re.compile(rb'"completion_tokens":(\d+)')
 TOOL = {
@@ -146,7 +150,7 @@ def measure(port: int, pid: int, concurrency: int, rounds: int, parsers: bool) -
 
 
 def start_server(
-    port: int, parsers: bool, server_cpu: int, extra: dict[str, str]
+    port: int, parsers: bool, server_cpu: int, extra: dict[str, str], app: str = APP
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -161,7 +165,7 @@ def start_server(
     if parsers:
         env |= {"ATOM_TOOL_CALL_PARSER": "hermes", "ATOM_REASONING_PARSER": "deepseek_r1"}
     command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
-    command += ["-b", f"127.0.0.1:{port}", "bench.host_app:app"]
+    command += ["-b", f"127.0.0.1:{port}", app]
     proc = subprocess.Popen(
         command, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {server_cpu})
     )
@@ -185,12 +189,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8133)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--atom-env", nargs="*", default=[], help="ATOM_X=value settings")
+    parser.add_argument("--bare", action="store_true", help="hypercorn alone, no ATOM")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpus = cpus[0], set(cpus[1:]) or {cpus[0]}
     os.sched_setaffinity(0, client_cpus)
     extra = dict(item.split("=", 1) for item in args.atom_env)
-    proc = start_server(args.port, args.parsers, server_cpu, extra)
+    app = BARE_APP if args.bare else APP
+    proc = start_server(args.port, args.parsers, server_cpu, extra, app)
     try:
         measure(args.port, proc.pid, 4, 1, args.parsers)  # warm-up: imports, first compiles
         levels = []
@@ -207,6 +213,7 @@ def main() -> None:
             "machine": {"cpu": _cpu_model(), "python": platform.python_version()},
             "server_cpu": server_cpu,
             "client_cpus": sorted(client_cpus),
+            "app": app,
             "parsers": args.parsers,
             "atom_env": extra,
             "levels": [asdict(level) for level in levels],
