@@ -30,13 +30,13 @@ def test_greedy_rows_take_argmax() -> None:
 
 def kept(logits: torch.Tensor, **kw) -> list[list[bool]]:  # type: ignore[no-untyped-def]
     params = [SamplingParams(temperature=1.0, **kw)] * logits.shape[0]
-    values, _ = candidates(logits, params)
-    return torch.isfinite(truncate_sorted(values, params)).tolist()
+    values, _, log_mass = candidates(logits, params)
+    return torch.isfinite(truncate_sorted(values, params, log_mass)).tolist()
 
 
 def test_top_k_keeps_k_largest_per_row() -> None:
     assert kept(LOGITS, top_k=2) == [[True, True], [True, True]]
-    _, ids = candidates(LOGITS, [SamplingParams(top_k=2)] * 2)
+    _, ids, _ = candidates(LOGITS, [SamplingParams(top_k=2)] * 2)
     assert ids.tolist() == [[1, 2], [3, 0]]
 
 
@@ -44,6 +44,41 @@ def test_top_p_keeps_smallest_set_reaching_p() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert kept(logits, top_p=0.7) == [[True, True, False, False]]
     assert kept(logits, top_p=0.01) == [[True, False, False, False]]
+
+
+def kept_ids(logits: torch.Tensor, params: list[SamplingParams], *, head: bool) -> list[set[int]]:
+    """The token ids top-p (and min-p) keep per row, from the sorted head `candidates`
+    picks or (head=False) from the whole row sorted."""
+    if head:
+        values, ids, log_mass = candidates(logits, params)
+    else:
+        values, ids = logits.sort(dim=1, descending=True)
+        log_mass = logits.logsumexp(dim=1)
+    kept = torch.isfinite(truncate_sorted(values, params, log_mass))
+    return [set(ids[r][kept[r]].tolist()) for r in range(logits.shape[0])]
+
+
+def test_top_p_from_a_sorted_head_keeps_what_a_whole_sort_keeps() -> None:
+    torch.manual_seed(0)
+    vocab = 49152  # the default model's
+    cases = [(8.0, 0.9, 0.0), (3.0, 0.95, 0.0), (1.0, 0.9, 0.0), (6.0, 0.8, 0.05)]
+    for scale, top_p, min_p in cases:
+        logits = torch.randn(6, vocab) * scale  # peaked (a head of 64 holds it) to flat (a sort)
+        params = [SamplingParams(temperature=1.0, top_p=top_p, min_p=min_p)] * 6
+        head = kept_ids(logits, params, head=True)
+        assert head == kept_ids(logits, params, head=False)
+        if scale == 8.0:  # peaked: the first head holds it, no sort
+            assert candidates(logits, params)[0].shape[1] == 64
+        assert all(0 < len(kept) < vocab for kept in head)
+
+
+def test_top_p_looks_past_a_head_that_does_not_hold_the_mass() -> None:
+    logits = torch.zeros(2, 5000)  # flat: top-p 0.5 keeps 2,500 tokens, past both heads
+    params = [SamplingParams(temperature=1.0, top_p=0.5)] * 2
+    values, _, log_mass = candidates(logits, params)
+    assert values.shape[1] == 5000 and log_mass is not None
+    kept = kept_ids(logits, params, head=True)
+    assert kept == kept_ids(logits, params, head=False) and 2400 < len(kept[0]) < 2600
 
 
 def test_min_p_drops_tokens_below_a_share_of_the_top_one() -> None:

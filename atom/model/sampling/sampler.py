@@ -23,14 +23,21 @@ def apply_temperature(logits: torch.Tensor, temperatures: torch.Tensor) -> torch
     return logits / safe.unsqueeze(1)
 
 
-def truncate_sorted(values: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+def truncate_sorted(
+    values: torch.Tensor,
+    params: Sequence[SamplingParams],
+    log_mass: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Apply top-k, top-p and min-p to candidates sorted in descending order (min-p alone
-    needs no order); masked candidates become -inf."""
+    needs no order); masked candidates become -inf. `log_mass`: each row's logsumexp over
+    the whole vocabulary when the candidates are only its head (top-p's probabilities
+    are of the whole row); without it they are normalized over the candidates (after
+    top-k: vLLM's order, top-p over what top-k kept)."""
     device = values.device
     rank = torch.arange(values.shape[1], device=device)[None, :]
     top_ks = torch.tensor([p.top_k or values.shape[1] for p in params], device=device)
     values = values.masked_fill(rank >= top_ks[:, None], float("-inf"))
-    probs = values.softmax(dim=1)
+    probs = values.softmax(dim=1) if log_mass is None else (values - log_mass[:, None]).exp()
     if any(p.top_p < 1.0 for p in params):
         top_ps = torch.tensor([p.top_p for p in params], device=device)
         mass_before = probs.cumsum(dim=1) - probs
@@ -42,18 +49,37 @@ def truncate_sorted(values: torch.Tensor, params: Sequence[SamplingParams]) -> t
     return values
 
 
+HEADS = (64, 1024)  # the sorted heads top-p tries before it sorts a whole row
+
+
 def candidates(
     scaled: torch.Tensor, params: Sequence[SamplingParams]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, token ids) for rows that share one candidate rule (see `_rule`): the k_max
-    largest (partial sort) when all have top-k, all sorted when some need top-p, else the
-    vocabulary in its own order."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(values, token ids, the rows' log-mass when the values are only their sorted head)
+    for rows that share one candidate rule (see `_rule`): the k_max largest (partial
+    sort) when all have top-k; for top-p the smallest sorted head that holds every row's
+    top-p mass (what lies past it is cut anyway), the whole row sorted only when no head
+    does; else the vocabulary in its own order."""
     rule = _rule(params[0])
     if rule == "top_k":
-        return scaled.topk(min(scaled.shape[1], max(p.top_k or 0 for p in params)), dim=1)
+        values, ids = scaled.topk(min(scaled.shape[1], max(p.top_k or 0 for p in params)), dim=1)
+        return values, ids, None
     if rule == "sorted":
-        return scaled.sort(dim=1, descending=True)
-    return scaled, torch.arange(scaled.shape[1], device=scaled.device).expand_as(scaled)
+        log_mass = scaled.logsumexp(dim=1)
+        top_ps = torch.tensor([p.top_p for p in params], device=scaled.device)
+        for k in HEADS:
+            if k >= scaled.shape[1]:
+                break
+            values, ids = scaled.topk(k, dim=1)
+            held = (values - log_mass[:, None]).exp().sum(dim=1)
+            if bool((held >= top_ps).all()):
+                return values, ids, log_mass
+            if bool((held < top_ps / 2).any()):
+                break  # a flat row: a larger head would rarely hold it either
+        values, ids = scaled.sort(dim=1, descending=True)
+        return values, ids, log_mass
+    vocab = torch.arange(scaled.shape[1], device=scaled.device).expand_as(scaled)
+    return scaled, vocab, None
 
 
 def _rule(p: SamplingParams) -> str:
@@ -72,7 +98,8 @@ def sample(
     """One token per row of processed `logits` [batch, vocab]; greedy rows take the argmax.
 
     Cost: an argmax for an all-greedy batch without logprobs; a partial sort when every
-    sampling row has top-k, a full sort only when some row has top-p without top-k."""
+    sampling row has top-k, or (top-p) when a sorted head of 64 or 1024 holds the rows'
+    top-p mass; a full sort only when none does."""
     logits = logits.float()
     device = logits.device
     greedy = logits.argmax(dim=1).tolist()
@@ -99,8 +126,8 @@ def _draw(
             groups.setdefault(_rule(p), []).append(row)
     for rule, rows in groups.items():
         group = [params[r] for r in rows]
-        values, ids = candidates(scaled[rows], group)
-        kept = truncate_sorted(values, group)
+        values, ids, log_mass = candidates(scaled[rows], group)
+        kept = truncate_sorted(values, group, log_mass)
         if rule != "vocab":  # back to vocabulary order: the noise belongs to token ids
             kept = torch.full_like(scaled[rows], float("-inf")).scatter_(1, ids, kept)
         for r, token in zip(rows, gumbel_max(kept, [generators[r] for r in rows]), strict=True):
