@@ -34,6 +34,24 @@ def test_freed_blocks_stay_cached_until_evicted_least_recently_used() -> None:
     assert kv.num_free_blocks == 4
 
 
+def test_blocks_go_out_in_id_order_then_least_recently_freed_first() -> None:
+    kv = KVCacheManager(num_blocks=1_000_000, block_size=2)  # starts with no block made
+    assert kv.num_free_blocks == 1_000_000 and kv.usage == 0.0
+    assert kv.allocate("a", 6) and kv.allocate("b", 4)
+    assert kv.table("a") == (0, 1, 2) and kv.table("b") == (3, 4)
+    kv.free("b")  # its tail block first: 4, then 3
+    kv.free("a")
+    assert kv.allocate("c", 4) and kv.table("c") == (5, 6)  # never used ones first
+    small = KVCacheManager(num_blocks=5, block_size=2)
+    assert small.allocate("a", 6) and small.allocate("b", 4)
+    small.free("b")
+    small.free("a")
+    assert small.allocate("c", 10)
+    assert small.table("c") == (4, 3, 2, 1, 0)  # then the least recently freed
+    small.check_invariants()
+    kv.check_invariants()
+
+
 def test_a_reset_forgets_free_cached_blocks_and_keeps_those_in_use() -> None:
     kv = KVCacheManager(num_blocks=8, block_size=2)
     free_prompt, live_prompt = [1, 2, 3, 4, 5], [9, 8, 7, 6, 5]

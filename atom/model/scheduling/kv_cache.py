@@ -5,13 +5,15 @@ holds what. A full block is keyed by a hash chain over its tokens (the first
 link also covers the request's cache salt and LoRA adapter, and a block holding an
 image's placeholders the image's hash), so a new sequence reuses the
 longest chain already cached. Freed blocks keep their hash and stay reusable
-until the free list hands them out again, least recently freed first.
+until the free list hands them out again, least recently freed first. Blocks never
+handed out yet come before them, in id order, and exist only as a count until then:
+starting a manager of a million blocks costs nothing.
 
-    free list (LRU → MRU):  [ 7 | 3 | 9 (cached h=…) | 2 (cached) ]
+    never used: 10 … num_blocks-1    free list (LRU → MRU):  [ 7 | 3 | 9 (cached h=…) | 2 ]
     tables: seq "a/0" → [4, 5, 8]   refs: 4→2 (shared prefix), 5→1, 8→1
 
-Invariants: a block is in the free list iff its ref count is 0; every hash
-in `_cached` maps to a block whose `hash` is that key.
+Invariants: a block handed out once is in the free list iff its ref count is 0; every
+hash in `_cached` maps to a block whose `hash` is that key.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class KVCacheManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self._blocks = [Block(i) for i in range(num_blocks)]
-        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._blocks: list[Block] = []  # those handed out once: block ids 0, 1, 2, …
+        self._free: OrderedDict[int, None] = OrderedDict()  # handed out once, free now
         self._cached: dict[int, int] = {}  # hash → block id
         self._tables: dict[str, list[int]] = {}
         self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
@@ -64,12 +66,12 @@ class KVCacheManager:
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return self.num_blocks - len(self._blocks) + len(self._free)
 
     @property
     def usage(self) -> float:
         """Fraction of blocks referenced by live sequences."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.num_free_blocks / self.num_blocks
 
     def table(self, seq_id: str) -> tuple[int, ...]:
         return tuple(self._tables.get(seq_id, ()))
@@ -129,19 +131,29 @@ class KVCacheManager:
     def allocate(self, seq_id: str, num_tokens: int) -> bool:
         """Grow the table to cover `num_tokens` positions; False (nothing changed) if short."""
         needed = self.blocks_needed(seq_id, num_tokens)
-        if needed > len(self._free):
+        if needed > self.num_free_blocks:
             return False
         table = self._tables.setdefault(seq_id, [])
         self._num_hashed.setdefault(seq_id, 0)
         for _ in range(needed):
-            block_id, _ = self._free.popitem(last=False)
-            block = self._blocks[block_id]
-            if block.hash is not None:  # evict the least recently freed cached block
-                del self._cached[block.hash]
-                block.hash = None
+            block = self._take_free()
             block.ref_count = 1
-            table.append(block_id)
+            table.append(block.block_id)
         return True
+
+    def _take_free(self) -> Block:
+        """A block never handed out yet, else the least recently freed one (its cached
+        prefix evicted)."""
+        if len(self._blocks) < self.num_blocks:
+            block = Block(len(self._blocks))
+            self._blocks.append(block)
+            return block
+        block_id, _ = self._free.popitem(last=False)
+        block = self._blocks[block_id]
+        if block.hash is not None:
+            del self._cached[block.hash]
+            block.hash = None
+        return block
 
     def commit(
         self,
@@ -200,6 +212,7 @@ class KVCacheManager:
         for table in self._tables.values():
             for block_id in table:
                 refs[block_id] += 1
+        assert [b.block_id for b in self._blocks] == list(range(len(self._blocks)))
         for block in self._blocks:
             assert block.ref_count == refs[block.block_id], block
             assert (block.ref_count == 0) == (block.block_id in self._free), block
