@@ -31,16 +31,12 @@ def process(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
         out = apply_repetition(out, rows)
     if any(r.params.logit_bias for r in rows):
         apply_logit_bias(out, rows)
-    banned = [banned_ids(r) for r in rows]
-    if any(banned):
-        for row, ids in enumerate(banned):
-            out[row, list(ids)] = float("-inf")
+    banned = [(row, token) for row, r in enumerate(rows) for token in banned_ids(r)]
+    if banned:
+        out.index_put_(_indices(banned, out.device), torch.tensor(float("-inf"), device=out.device))
+    if any(r.params.allowed_token_ids is not None for r in rows):
+        out = keep_allowed(out, rows)
     for row, r in enumerate(rows):
-        if r.params.allowed_token_ids is not None:
-            keep = torch.full_like(out[row], float("-inf"))
-            allowed = list(r.params.allowed_token_ids)
-            keep[allowed] = out[row, allowed]
-            out[row] = keep
         forced = reasoning_end_token(r)
         if forced is not None:  # the budget is spent: only the end marker's next token
             out[row] = float("-inf")
@@ -97,10 +93,31 @@ def apply_repetition(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.
 
 
 def apply_logit_bias(logits: torch.Tensor, rows: Sequence[RowContext]) -> None:
-    """Add each row's bias in place; OpenAI's ±100 effectively bans or forces a token."""
-    for row, r in enumerate(rows):
-        for token_id, bias in r.params.logit_bias:
-            logits[row, token_id] += bias
+    """Add each row's bias in place (one operation for the batch); OpenAI's ±100
+    effectively bans or forces a token."""
+    cells = [(row, token) for row, r in enumerate(rows) for token, _ in r.params.logit_bias]
+    biases = [bias for r in rows for _, bias in r.params.logit_bias]
+    values = torch.tensor(biases, dtype=logits.dtype, device=logits.device)
+    logits.index_put_(_indices(cells, logits.device), values, accumulate=True)
+
+
+def keep_allowed(logits: torch.Tensor, rows: Sequence[RowContext]) -> torch.Tensor:
+    """Rows with `allowed_token_ids` keep those tokens only (-inf elsewhere)."""
+    cells = [
+        (row, token) for row, r in enumerate(rows) for token in (r.params.allowed_token_ids or ())
+    ]
+    limited = [r.params.allowed_token_ids is not None for r in rows]
+    allowed = torch.zeros_like(logits, dtype=torch.bool)
+    if cells:
+        allowed.index_put_(_indices(cells, logits.device), torch.tensor(True, device=logits.device))
+    outside = ~allowed & torch.tensor(limited, device=logits.device)[:, None]
+    return logits.masked_fill(outside, float("-inf"))
+
+
+def _indices(cells: Sequence[tuple[int, int]], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(rows, columns) index tensors of (row, column) cells, for one scatter."""
+    pairs = torch.tensor(cells, dtype=torch.long, device=device).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def banned_ids(row: RowContext) -> set[int]:

@@ -99,27 +99,28 @@ def sample(
 
     Cost: an argmax for an all-greedy batch without logprobs; a partial sort when every
     sampling row has top-k, or (top-p) when a sorted head of 64 or 1024 holds the rows'
-    top-p mass; a full sort only when none does."""
+    top-p mass; a full sort only when none does. Everything stays on the logits' device
+    until one copy to the host at the end (the ids, and the logprobs where asked)."""
     logits = logits.float()
     device = logits.device
-    greedy = logits.argmax(dim=1).tolist()
+    tokens = logits.argmax(dim=1)
     if all(p.is_greedy and p.logprobs is None for p in params):
-        return [Sampled(token_id=t) for t in greedy]
+        return [Sampled(token_id=t) for t in tokens.tolist()]
     scaled = apply_temperature(logits, torch.tensor([p.temperature for p in params], device=device))
-    tokens = greedy
     if not all(p.is_greedy for p in params):
-        drawn = _draw(scaled, params, generators)
-        tokens = [greedy[r] if p.is_greedy else drawn[r] for r, p in enumerate(params)]
+        sampling = torch.tensor([not p.is_greedy for p in params], device=device)
+        tokens = torch.where(sampling, _draw(scaled, params, generators), tokens)
     if all(p.logprobs is None for p in params):
-        return [Sampled(token_id=t) for t in tokens]
+        return [Sampled(token_id=t) for t in tokens.tolist()]
     return _with_logprobs(scaled.log_softmax(dim=1), params, tokens)
 
 
 def _draw(
     scaled: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
-) -> list[int]:
-    """A draw per row from its truncated distribution, rows grouped by candidate rule."""
-    drawn = [0] * len(params)
+) -> torch.Tensor:
+    """A draw per sampling row from its truncated distribution, rows grouped by candidate
+    rule (greedy rows: 0)."""
+    drawn = torch.zeros(len(params), dtype=torch.long, device=scaled.device)
     groups: dict[str, list[int]] = {}
     for row, p in enumerate(params):
         if not p.is_greedy:
@@ -130,15 +131,14 @@ def _draw(
         kept = truncate_sorted(values, group, log_mass)
         if rule != "vocab":  # back to vocabulary order: the noise belongs to token ids
             kept = torch.full_like(scaled[rows], float("-inf")).scatter_(1, ids, kept)
-        for r, token in zip(rows, gumbel_max(kept, [generators[r] for r in rows]), strict=True):
-            drawn[r] = token
+        drawn[rows] = gumbel_max(kept, [generators[r] for r in rows])
     return drawn
 
 
 BLOCK = 256  # tokens per block of the two-level draw
 
 
-def gumbel_max(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> list[int]:
+def gumbel_max(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
     """argmax(logit + Gumbel noise) per row: an exact draw from softmax(logits), whose
     noise is tied to token ids, so a logit moved by float rounding (another batch, a
     prefix-cache hit) changes the token only when two tokens' noisy scores tie within
@@ -158,24 +158,30 @@ def gumbel_max(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> l
     blocks = (padded.logsumexp(dim=2) + gumbel[:, :num_blocks]).argmax(dim=1)
     within = padded[torch.arange(rows, device=logits.device), blocks]
     picks = (within + gumbel[:, num_blocks:]).argmax(dim=1)
-    return (blocks * BLOCK + picks).tolist()  # type: ignore[no-any-return]
+    return blocks * BLOCK + picks
 
 
 def _with_logprobs(
-    logprobs: torch.Tensor, params: Sequence[SamplingParams], tokens: list[int]
+    logprobs: torch.Tensor, params: Sequence[SamplingParams], tokens: torch.Tensor
 ) -> list[Sampled]:
-    num_top = max(p.logprobs or 0 for p in params)
-    top_values, top_ids = logprobs.topk(max(num_top, 1), dim=1)
-    chosen = logprobs.gather(1, torch.tensor(tokens, device=logprobs.device)[:, None])[:, 0]
+    """The tokens with their logprobs and top alternatives, copied to the host at once:
+    one float64 row a token (its id, logprob, then the top ids and logprobs; ids are
+    exact in float64)."""
+    num_top = max(max(p.logprobs or 0 for p in params), 1)
+    top_values, top_ids = logprobs.topk(num_top, dim=1)
+    chosen = logprobs.gather(1, tokens[:, None])
+    parts = [tokens[:, None], chosen, top_ids, top_values]
+    packed = torch.cat([part.double() for part in parts], dim=1)
     out = []
-    for row, (p, token) in enumerate(zip(params, tokens, strict=True)):
+    for p, row in zip(params, packed.tolist(), strict=True):
+        token = int(row[0])
         if p.logprobs is None:
             out.append(Sampled(token_id=token))
             continue
         n = p.logprobs
-        top = tuple(zip(top_ids[row, :n].tolist(), top_values[row, :n].tolist(), strict=True))
-        entry = TokenLogprobs(logprob=float(chosen[row]), top=top)
-        out.append(Sampled(token_id=token, logprobs=entry))
+        ids, values = row[2 : 2 + n], row[2 + num_top : 2 + num_top + n]
+        top = tuple((int(i), v) for i, v in zip(ids, values, strict=True))
+        out.append(Sampled(token_id=token, logprobs=TokenLogprobs(logprob=row[1], top=top)))
     return out
 
 
