@@ -150,9 +150,20 @@ class JsonSchemaSpec(_Body):
     strict: bool | None = None
 
 
+class TagStructure(_Body):
+    """One structure of a structural tag: `begin`, arguments valid against `schema`,
+    `end` (vLLM's and SGLang's shape)."""
+
+    begin: str
+    json_schema: dict[str, Any] = Field(alias="schema")
+    end: str
+
+
 class ResponseFormat(_Body):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaSpec | None = None
+    structures: list[TagStructure] | None = None  # structural_tag
+    triggers: list[str] | None = None  # structural_tag
 
 
 class StructuredOutputs(_Body):
@@ -163,6 +174,7 @@ class StructuredOutputs(_Body):
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    structural_tag: str | None = None  # the structural_tag response format, as JSON text
 
 
 class RoutedBody(_Body):

@@ -1,10 +1,13 @@
 """The request's structured-output constraint as one llguidance grammar: `response_format`
-(json_object, json_schema) or vLLM's `structured_outputs` (json, regex, choice, grammar,
-json_object). An invalid schema, regex or grammar is a 400 naming the problem."""
+(json_object, json_schema, structural_tag) or vLLM's `structured_outputs` (json, regex,
+choice, grammar, json_object, structural_tag). An invalid schema, regex, grammar or tag
+is a 400 naming the problem."""
 
 from __future__ import annotations
 
-from atom.http.schemas import SamplingBody
+import json
+
+from atom.http.schemas import ResponseFormat, SamplingBody
 from atom.text import constraints
 from atom.vocabulary.errors import InvalidRequest
 
@@ -21,6 +24,8 @@ def constraint_of(body: SamplingBody) -> str | None:
                     "response_format json_schema needs json_schema.schema", param="response_format"
                 )
             found.append(("response_format", constraints.json_schema(rf.json_schema.json_schema)))
+        elif rf is not None and rf.type == "structural_tag":
+            found.append(("response_format", _structural_tag(rf)))
         if body.structured_outputs is not None:
             found.append(("structured_outputs", _structured(body)))
     except constraints.GrammarError as exc:
@@ -36,12 +41,15 @@ def constraint_of(body: SamplingBody) -> str | None:
 def _structured(body: SamplingBody) -> str:
     so = body.structured_outputs
     assert so is not None
-    given = (so.json_spec, so.regex, so.choice, so.grammar, so.json_object or None)
-    if sum(value is not None for value in given) != 1:
+    given = (so.json_spec, so.regex, so.choice, so.grammar, so.json_object, so.structural_tag)
+    if sum(value is not None and value is not False for value in given) != 1:
         raise InvalidRequest(
-            "structured_outputs takes exactly one of json, regex, choice, grammar, json_object",
+            "structured_outputs takes exactly one of json, regex, choice, grammar, "
+            "json_object, structural_tag",
             param="structured_outputs",
         )
+    if so.structural_tag is not None:
+        return _structural_tag(_tag_format(so.structural_tag))
     if so.json_spec is not None:
         return constraints.json_schema(so.json_spec)
     if so.regex is not None:
@@ -51,3 +59,28 @@ def _structured(body: SamplingBody) -> str:
     if so.grammar is not None:
         return constraints.grammar(so.grammar)
     return constraints.json_object()
+
+
+def _tag_format(text: str) -> ResponseFormat:
+    """vLLM's `structured_outputs.structural_tag`: the response format as JSON text."""
+    try:
+        return ResponseFormat.model_validate({"type": "structural_tag", **json.loads(text)})
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(
+            f"structural_tag is not a structural tag's JSON: {str(exc).splitlines()[0]}",
+            param="structured_outputs.structural_tag",
+        ) from None
+
+
+def _structural_tag(rf: ResponseFormat) -> str:
+    unknown = next(iter(rf.model_extra or {}), None)  # such as xgrammar's newer `format`
+    if unknown is not None:
+        param = f"response_format.{unknown}"
+        raise InvalidRequest(f"unsupported parameter: {param}", param=param)
+    if not rf.structures or not rf.triggers:
+        raise InvalidRequest(
+            "a structural_tag response format needs structures and triggers",
+            param="response_format",
+        )
+    structures = [(s.begin, s.json_schema, s.end) for s in rf.structures]
+    return constraints.structural_tag(structures, rf.triggers)

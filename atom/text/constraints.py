@@ -1,6 +1,7 @@
 """Structured-output constraints as llguidance grammars (plain strings, so they travel in
 SamplingParams and the request log): JSON schema, any JSON object, regex, a choice of
-strings, Lark/EBNF grammars, and the shapes that enforce `tool_choice`."""
+strings, Lark/EBNF grammars, structural tags, and the shapes that enforce
+`tool_choice`."""
 
 from __future__ import annotations
 
@@ -48,6 +49,27 @@ def grammar(text: str) -> str:
     except Exception as exc:
         raise GrammarError(f"invalid grammar: {exc}") from None
     return _checked(LLM.grammar_from_lark(source))
+
+
+def structural_tag(structures: Sequence[tuple[str, Any, str]], triggers: Sequence[str]) -> str:
+    """Free text in which each trigger starts a structure: its `begin`, then arguments
+    valid against its JSON schema, then its `end` ((begin, schema, end) each). A begin
+    must start with one of the triggers. The text may hold any number of structures,
+    or none."""
+    if not structures or not triggers:
+        raise GrammarError("a structural tag needs at least one structure and one trigger")
+    tags = []
+    for idx, (begin, schema, end) in enumerate(structures):
+        trigger = next((t for t in triggers if t and begin.startswith(t)), None)
+        if trigger is None:
+            raise GrammarError(f"structures[{idx}].begin does not start with any trigger")
+        tags.append(llguidance.StructTag(trigger=trigger, begin=begin, grammar=schema, end=end))
+    try:
+        return _checked(
+            LLM.grammar_from_lark(llguidance.StructTag.to_grammar(tags, assume_special=False))
+        )
+    except ValueError as exc:
+        raise GrammarError(f"invalid structural tag: {exc}") from None
 
 
 def tool_arguments(parameters: Mapping[str, Any] | None) -> str:

@@ -117,6 +117,36 @@ def test_tool_choice_required_and_named(server: Server) -> None:
     assert "".join(p["function"]["arguments"] for p in pieces) == call["function"]["arguments"]
 
 
+def test_a_structural_tag_holds_wherever_its_trigger_appears(server: Server) -> None:
+    """Free text where each " the" must open `the city of "Paris".` (a JSON string from an
+    enum): the model writes " the" unprompted, so the tag is exercised on real output,
+    whole and streamed alike (greedy)."""
+    city = {"type": "string", "enum": ["Paris", "Rome"]}
+    tag = {"begin": " the city of ", "schema": city, "end": "."}
+    fmt = {"type": "structural_tag", "structures": [tag], "triggers": [" the"]}
+    ask = [{"role": "user", "content": "Tell me about the capital of France."}]
+    doc = chat(server, messages=ask, response_format=fmt, max_tokens=60)
+    answer = text(doc)
+    pieces = answer.split(" the")[1:]
+    assert pieces, answer
+    whole = [f' city of "{c}".' for c in ("Paris", "Rome")]
+    for idx, after in enumerate(pieces):
+        if any(after.startswith(tag) for tag in whole):
+            continue
+        # only the last tag may be cut short, by max_tokens
+        assert idx == len(pieces) - 1 and doc["choices"][0]["finish_reason"] == "length"
+        assert any(tag.startswith(after) for tag in whole), answer
+    body = {"messages": ask, "response_format": fmt, "temperature": 0, "max_tokens": 60}
+    with httpx.stream(
+        "POST", f"{server.url}/v1/chat/completions", json={**body, "stream": True}, timeout=120
+    ) as r:
+        chunks = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert streamed == answer
+    vllm_form = {"structural_tag": json.dumps({"structures": [tag], "triggers": [" the"]})}
+    assert text(chat(server, messages=ask, structured_outputs=vllm_form, max_tokens=60)) == answer
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -135,6 +165,25 @@ def test_tool_choice_required_and_named(server: Server) -> None:
         ),
         ({"guided_json": {"type": "object"}}, "guided_json"),
         ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
+        (
+            {
+                "response_format": {
+                    "type": "structural_tag",
+                    "structures": [{"begin": "<f=a>", "schema": {}, "end": "</f>"}],
+                    "triggers": ["<g="],
+                }
+            },
+            "response_format",
+        ),
+        ({"response_format": {"type": "structural_tag"}}, "response_format"),
+        (
+            {"response_format": {"type": "structural_tag", "format": {"type": "any_text"}}},
+            "response_format.format",
+        ),
+        (
+            {"structured_outputs": {"structural_tag": "{not json"}},
+            "structured_outputs.structural_tag",
+        ),
     ],
 )
 def test_bad_constraints_are_400(server: Server, body: dict[str, Any], param: str) -> None:
