@@ -20,7 +20,17 @@ from atom.actors.bus import Clock
 from atom.actors.cores import Loaded
 from atom.actors.engine import Engine, terminate_process
 from atom.actors.request import ASGIReceive
-from atom.http import admin, info, openapi, pooling_routes, render, stored, tokenize, webui
+from atom.http import (
+    admin,
+    info,
+    ollama_routes,
+    openapi,
+    pooling_routes,
+    render,
+    stored,
+    tokenize,
+    webui,
+)
 from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
@@ -157,6 +167,7 @@ def create_app(
     quart.register_error_handler(AtomError, _atom_error)
     quart.register_error_handler(HTTPException, _http_error)
     info.register(quart, engine)
+    ollama_routes.register(quart, engine)
     tokenize.register(quart, engine)
     stored.register(quart, engine)
     pooling_routes.register(quart, engine)

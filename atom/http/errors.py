@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 from atom.http.schemas import IGNORED_FIELDS, LEGACY_GUIDED, NEUTRAL_VALUES
 from atom.projections.wire import dumps
 from atom.projections.wire_anthropic import error_body as anthropic_error_body
+from atom.projections.wire_ollama import error_body as ollama_error_body
 from atom.vocabulary.errors import AtomError, InvalidRequest, PayloadTooLarge, RequestTimeout
 
 M = TypeVar("M", bound=BaseModel)
@@ -66,9 +67,11 @@ def check_extras(body: BaseModel, *, prefix: str = "") -> None:
 
 def error_bytes(error: AtomError, path: str) -> tuple[int, bytes]:
     """The error body in the shape of the API `path` belongs to: Anthropic's under
-    /v1/messages, OpenAI's everywhere else."""
+    /v1/messages, Ollama's under /api/, OpenAI's everywhere else."""
     if path.startswith("/v1/messages"):
         return error.status, dumps(anthropic_error_body(error.status, error.message))
+    if path.startswith("/api/"):
+        return error.status, dumps(ollama_error_body(error.message))
     return error.status, dumps(error.body())
 
 

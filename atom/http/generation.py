@@ -18,7 +18,7 @@ from atom.actors.cores import EngineCore
 from atom.actors.engine import Engine
 from atom.actors.request import ASGIReceive, GenerationRequest, RequestActor
 from atom.actors.tap import OutputTap
-from atom.http import chat, completions, messages, responses
+from atom.http import chat, completions, messages, ollama, responses
 from atom.http.access import tenant_in
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
@@ -26,6 +26,7 @@ from atom.http.asgi import AsgiResponder, ASGISend, open_responder
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.fetch import plan_off_loop
+from atom.http.ollama_schemas import OllamaChatRequest
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
@@ -182,6 +183,7 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
     Endpoint.COMPLETIONS: Adapter(CompletionRequest, completions.ID_PREFIX, completions.plan),
     Endpoint.MESSAGES: Adapter(MessagesRequest, messages.ID_PREFIX, messages.plan),
     Endpoint.RESPONSES: Adapter(ResponsesRequest, responses.ID_PREFIX, responses.plan),
+    Endpoint.OLLAMA_CHAT: Adapter(OllamaChatRequest, ollama.ID_PREFIX, ollama.plan),
 }
 
 

@@ -26,6 +26,7 @@ from atom.http.admin import (
 )
 from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
 from atom.http.info import atom_version
+from atom.http.ollama_schemas import OllamaChatRequest
 from atom.http.openapi_answers import Schema
 from atom.http.pooling_routes import ALIASES
 from atom.http.pooling_routes import ROUTES as POOLING_ROUTES
@@ -37,6 +38,7 @@ from atom.http.schemas import (
     TokenizeRequest,
 )
 from atom.projections.wire import dumps
+from atom.projections.wire_ollama import NDJSON
 from atom.vocabulary.config import Settings
 
 # Every route can answer these (atom/http/app.py applies the body limits, keys and
@@ -53,6 +55,7 @@ class Operation:
     answer: Schema  # the 200 body (JSON)
     body: type[BaseModel] | None = None
     stream_event: Schema | None = None  # each server-sent event, when it may stream
+    stream_type: str = SSE  # (or each line of NDJSON, Ollama's)
     query: tuple[str, ...] = ()  # optional string parameters
     enums: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a query parameter's values
     error: str = "Error"  # the error answer, one of ERRORS
@@ -89,6 +92,12 @@ OPERATIONS: tuple[Operation, ...] = (
           body=MessagesRequest, stream_event=answers.ANTHROPIC_EVENT, error="AnthropicError"),
     _post("/v1/messages/count_tokens", "Anthropic token count", answers.COUNTED,
           body=CountTokensRequest, error="AnthropicError"),
+    _post("/api/chat", "Ollama's chat", answers.OLLAMA_CHAT, body=OllamaChatRequest,
+          stream_event=answers.OLLAMA_CHAT, stream_type=NDJSON, error="OllamaError"),
+    _get("/api/tags", "Served models, as Ollama lists them", answers.OLLAMA_TAGS,
+         error="OllamaError"),
+    _get("/api/version", "ATOM's version, where Ollama's clients ask", answers.VERSION,
+         error="OllamaError"),
     _post("/v1/chat/completions/render", "The prompt a chat request would run",
           answers.RENDERED_CHAT, body=ChatCompletionRequest),
     _post("/v1/completions/render", "The prompts a completion request would run",
@@ -187,7 +196,7 @@ def _qualname(model: type[BaseModel]) -> str:
 def _operation(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
     ok: dict[str, Any] = {kind: {"schema": op.answer} for kind in op.content_types}
     if op.stream_event is not None:
-        ok[SSE] = {"schema": op.stream_event}
+        ok[op.stream_type] = {"schema": op.stream_event}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
     for status in ERROR_STATUSES:
         responses[str(status)] = {"$ref": f"#/components/responses/{op.error}"}
@@ -218,6 +227,7 @@ def _error(schema: Schema) -> dict[str, Any]:
 ERRORS = {
     "Error": _error(answers.ERROR),
     "AnthropicError": _error(answers.ANTHROPIC_ERROR),  # every /v1/messages route's
+    "OllamaError": _error(answers.OLLAMA_ERROR),  # every /api/ route's
     # SGLang's answer to a failed update, or a body refused before it ran
     "WeightsError": _error({"oneOf": [answers.ERROR, answers.WEIGHTS_UPDATED]}),
 }

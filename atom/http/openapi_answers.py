@@ -94,6 +94,18 @@ ANTHROPIC_MESSAGE = obj(
         "usage": obj({"input_tokens": INTEGER, "output_tokens": INTEGER}),
     }
 )
+OLLAMA_ERROR = obj({"error": STRING})
+_OLLAMA_MESSAGE = obj(
+    {"role": const("assistant"), "content": STRING},
+    {"thinking": STRING, "tool_calls": array(obj({"function": obj({})}))},
+)
+OLLAMA_CHAT = obj(
+    {"model": STRING, "created_at": STRING, "message": _OLLAMA_MESSAGE, "done": BOOLEAN},
+    {"done_reason": STRING, "total_duration": INTEGER, "load_duration": INTEGER,
+     "prompt_eval_count": INTEGER, "prompt_eval_duration": INTEGER, "eval_count": INTEGER,
+     "eval_duration": INTEGER},
+)  # fmt: skip
+OLLAMA_TAGS = obj({"models": array(obj({"name": STRING, "model": STRING, "modified_at": STRING}))})
 _POOLED = {
     "id": STRING,
     "object": const("list"),

@@ -7,7 +7,9 @@ blocks, the Responses API's output items) read the same fold: reasoning text is 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from atom.vocabulary.events import (
     ChoiceFinished,
@@ -79,3 +81,14 @@ class Answer:
         closed = self.blocks[-1] if self.blocks else None
         self.blocks.append(block)
         return closed, block
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's arguments (JSON text) as the object APIs that send them parsed want
+    (Anthropic's `input`, Ollama's `arguments`); other JSON is kept under "arguments"
+    rather than lost."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError:
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": value}

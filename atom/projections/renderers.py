@@ -1,6 +1,6 @@
 """The renderer of a response, by its plan's shape: OpenAI's chat and completions
-formats (`wire.py`), the Responses API's (`wire_responses.py`) or Anthropic's Messages
-format (`wire_anthropic.py`), all in this folder.
+formats (`wire.py`), the Responses API's (`wire_responses.py`), Anthropic's Messages
+format (`wire_anthropic.py`) or Ollama's (`wire_ollama.py`), all in this folder.
 The live request actor and `atom replay` both take it from here."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Protocol
 
 from atom.projections.wire import BodyRenderer, Output, StreamRenderer
 from atom.projections.wire_anthropic import MessagesBodyRenderer, MessagesStreamRenderer
+from atom.projections.wire_ollama import OllamaBodyRenderer, OllamaStreamRenderer
 from atom.projections.wire_responses import ResponsesBodyRenderer, ResponsesStreamRenderer
 from atom.vocabulary.events import Event, RequestReceived
 from atom.vocabulary.plan import Endpoint, ResponseShape
@@ -25,6 +26,8 @@ def renderer_for(received: RequestReceived, shape: ResponseShape) -> Renderer:
         if shape.stream:
             return ResponsesStreamRenderer(received, shape)
         return ResponsesBodyRenderer(received, shape)
+    if shape.endpoint is Endpoint.OLLAMA_CHAT:
+        return OllamaStreamRenderer(received) if shape.stream else OllamaBodyRenderer(received)
     if shape.endpoint is Endpoint.MESSAGES:
         if shape.stream:
             return MessagesStreamRenderer(received)

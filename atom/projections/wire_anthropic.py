@@ -10,10 +10,9 @@ cache, `cache_read_input_tokens` those that were (Anthropic's split).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from atom.projections.answer import Answer, Block, is_content
+from atom.projections.answer import Answer, Block, arguments_object, is_content
 from atom.projections.wire import Output, dumps
 from atom.vocabulary.events import (
     ChoiceFinished,
@@ -56,20 +55,15 @@ def _error_output(failed: RequestFailed) -> Output:
 
 def _block(block: Block) -> dict[str, Any]:
     if block.kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _input(block.text)}
+        return {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": arguments_object(block.text),
+        }
     if block.kind == "thinking":
         return {"type": "thinking", "thinking": block.text, "signature": ""}
     return {"type": "text", "text": block.text}
-
-
-def _input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as the object `input` must be; other JSON is kept under
-    "arguments" rather than lost."""
-    try:
-        value = json.loads(arguments) if arguments else {}
-    except json.JSONDecodeError:
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"arguments": value}
 
 
 def _stop(answer: Answer) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ class Endpoint(StrEnum):
     COMPLETIONS = "completions"
     MESSAGES = "messages"  # Anthropic's Messages API
     RESPONSES = "responses"  # OpenAI's Responses API
+    OLLAMA_CHAT = "ollama.chat"  # Ollama's /api/chat
     EMBEDDINGS = "embeddings"  # the pooling endpoints (PoolingPlan)
     SCORE = "score"
     RERANK = "rerank"
@@ -33,6 +34,7 @@ GENERATION_PATHS = {
     Endpoint.COMPLETIONS: "/v1/completions",
     Endpoint.MESSAGES: "/v1/messages",
     Endpoint.RESPONSES: "/v1/responses",
+    Endpoint.OLLAMA_CHAT: "/api/chat",
 }
 
 

@@ -1,0 +1,129 @@
+"""/api/chat (Ollama's API): the validated body → the request's plan.
+
+An Ollama chat is a chat completion in other words, as Anthropic's Messages are
+(atom/http/messages.py): messages (base64 images as data URLs, tool calls with their
+arguments as objects, tool answers by function name), `tools`, `format` ("json" or a
+JSON schema) as the response format, the sampling `options`, and `think` as the
+template's thinking switch (or its reasoning effort) are translated into the chat body
+they mean and planned by atom/http/chat.py; only the response shape differs
+(atom/projections/wire_ollama.py renders it, NDJSON when streamed).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+
+from atom.actors.cores import EngineCore
+from atom.http import chat
+from atom.http.adapter import Planned
+from atom.http.errors import parse
+from atom.http.images import image_part, named_as, take_origins
+from atom.http.ollama_schemas import OllamaChatRequest, OllamaMessage, OllamaOptions
+from atom.http.schemas import ChatCompletionRequest
+from atom.vocabulary.config import Settings
+from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.plan import Endpoint
+
+ID_PREFIX = "ollama-"  # the request's id in the log (Ollama's answers carry none)
+log = structlog.get_logger(__name__)
+
+
+def plan(settings: Settings, core: EngineCore, body: OllamaChatRequest) -> Planned:
+    """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
+    if not body.messages:
+        raise InvalidRequest("messages must hold at least one message", param="messages")
+    translated = as_chat(body)
+    with named_as(take_origins(translated["messages"])):
+        chat_body = parse(ChatCompletionRequest, translated)
+        return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_CHAT)
+
+
+def as_chat(body: OllamaChatRequest) -> dict[str, Any]:
+    """The chat body this Ollama body means."""
+    out: dict[str, Any] = {"messages": _messages(body.messages), "stream": body.stream}
+    if body.model is not None:
+        out["model"] = body.model
+    if body.tools:
+        out["tools"] = body.tools
+    if isinstance(body.format, dict):
+        schema = {"name": "format", "schema": body.format}
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif body.format == "json":
+        out["response_format"] = {"type": "json_object"}
+    if isinstance(body.think, bool):
+        out["chat_template_kwargs"] = {"enable_thinking": body.think}
+    elif body.think is not None:
+        out["reasoning_effort"] = body.think
+    return out | sampling(body.options or OllamaOptions())
+
+
+def sampling(options: OllamaOptions) -> dict[str, Any]:
+    """The chat body's sampling fields for Ollama's `options`; the options that are not
+    sampling settings (num_ctx, num_gpu, num_thread…) are ignored, with a warning."""
+    if options.model_extra:
+        log.warning("ollama_options_ignored", options=sorted(options.model_extra))
+    out: dict[str, Any] = {}
+    named = {
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+        "top_k": options.top_k,
+        "min_p": options.min_p,
+        "seed": options.seed,
+        "repetition_penalty": options.repeat_penalty,
+        "presence_penalty": options.presence_penalty,
+        "frequency_penalty": options.frequency_penalty,
+    }
+    out.update((name, value) for name, value in named.items() if value is not None)
+    if options.stop:
+        out["stop"] = [options.stop] if isinstance(options.stop, str) else options.stop
+    limit = options.num_predict
+    if limit is not None and limit >= 1:
+        out["max_tokens"] = limit
+    elif limit is not None and limit not in (-1, -2):
+        raise InvalidRequest(
+            "options.num_predict is -1 (no limit), -2 (fill the context) or at least 1",
+            param="options.num_predict",
+        )
+    return out
+
+
+def _messages(messages: list[OllamaMessage]) -> list[dict[str, Any]]:
+    """Chat messages: an assistant's calls get ids (`call_<message>_<call>`), and a tool
+    message answers the oldest call of its function that no answer took yet."""
+    out: list[dict[str, Any]] = []
+    open_calls: list[tuple[str, str]] = []  # (function name, call id), oldest first
+    for m_idx, message in enumerate(messages):
+        turn: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.images:
+            param = f"messages.{m_idx}.images"
+            parts = [image_part(f"data:image/png;base64,{b64}", param) for b64 in message.images]
+            turn["content"] = [{"type": "text", "text": message.content}, *parts]
+        if message.tool_calls:
+            calls = []
+            for c_idx, call in enumerate(message.tool_calls):
+                call_id = f"call_{m_idx}_{c_idx}"
+                arguments = json.dumps(call.function.arguments, ensure_ascii=False)
+                calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": call.function.name, "arguments": arguments},
+                    }
+                )
+                open_calls.append((call.function.name, call_id))
+            turn["tool_calls"] = calls
+        if message.role == "tool":
+            turn["tool_call_id"] = _answered(open_calls, message.tool_name, m_idx)
+        out.append(turn)
+    return out
+
+
+def _answered(open_calls: list[tuple[str, str]], name: str | None, m_idx: int) -> str:
+    for idx, (called, call_id) in enumerate(open_calls):
+        if name is None or called == name:
+            del open_calls[idx]
+            return call_id
+    return f"call_{m_idx}"  # a tool answer without its call in the conversation

@@ -1,0 +1,122 @@
+"""Ollama's API (`/api/chat`, `/api/tags`, `/api/version`) through the whole server
+(FakeRunner with a scripted reply, the real tokenizer, the official `ollama` client),
+and its replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import trio
+
+from atom.http.app import create_app
+from atom.log.codec import read_log
+from atom.log.replay import project, reparse
+from atom.vocabulary.config import Settings
+from tests.conftest import FAKE_REPLY, fake_loader, serving, wait_ready
+from tests.weather import CALL_REPLY, WEATHER
+
+MODEL = "SmolLM2-135M-Instruct"
+ASK = [{"role": "user", "content": "Say hello."}]
+
+
+async def test_a_chat_whole_and_streamed_and_the_model_list(tokenizer: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / "log.jsonl"
+    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+    async with serving(app) as url:
+        await wait_ready(app)
+        client = ollama.Client(host=url)
+
+        def calls() -> tuple[Any, list[Any], Any, Any]:
+            options = {"temperature": 0, "num_predict": 64, "num_ctx": 4096}
+            whole = client.chat(model=MODEL, messages=ASK, stream=False, options=options)
+            parts = list(client.chat(model=MODEL, messages=ASK, stream=True, options=options))
+            return whole, parts, client.list(), httpx.get(f"{url}/api/version").json()
+
+        whole, parts, listed, version = await trio.to_thread.run_sync(calls)
+        await trio.sleep(0.2)
+    assert whole.message.role == "assistant" and whole.message.content == FAKE_REPLY
+    assert whole.done and whole.done_reason == "stop" and whole.model == MODEL
+    reply_tokens = len(tokenizer.encode(FAKE_REPLY, add_special_tokens=False))
+    assert whole.eval_count == reply_tokens + 1 and (whole.prompt_eval_count or 0) > 0
+    assert (whole.total_duration or 0) >= (whole.prompt_eval_duration or 0) > 0
+    assert "".join(p.message.content for p in parts) == FAKE_REPLY
+    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert parts[-1].eval_count == whole.eval_count and parts[-1].created_at == parts[0].created_at
+    assert MODEL in [m.model for m in listed.models] and version["version"]
+    responses = project(read_log(log_path))
+    assert [r.status for r in responses] == [200, 200]
+    assert json.loads(responses[0].body)["message"]["content"] == FAKE_REPLY
+    assert responses[1].content_type == "application/x-ndjson"
+    lines = [json.loads(line) for line in bytes(responses[1].body).splitlines()]
+    assert "".join(line["message"]["content"] for line in lines) == FAKE_REPLY
+
+
+async def test_tool_calls_whole_streamed_and_reparsed(tokenizer: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / "log.jsonl"
+    settings = Settings(tool_call_parser="hermes", request_log=str(log_path))
+    app = create_app(settings, load=fake_loader(tokenizer, reply=CALL_REPLY))
+    async with serving(app) as url:
+        await wait_ready(app)
+        client = ollama.Client(host=url)
+        asked = {"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}
+        history = [
+            *ASK,
+            {"role": "assistant", "content": "", "tool_calls": [asked]},
+            {"role": "tool", "tool_name": "get_weather", "content": "sunny"},
+        ]
+
+        def calls() -> tuple[Any, list[Any]]:
+            whole = client.chat(model=MODEL, messages=history, tools=[WEATHER], stream=False)
+            parts = list(client.chat(model=MODEL, messages=ASK, tools=[WEATHER], stream=True))
+            return whole, parts
+
+        whole, parts = await trio.to_thread.run_sync(calls)
+    [call] = whole.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    assert whole.message.content == "Let me check." and whole.done_reason == "stop"
+    streamed = [c for p in parts for c in (p.message.tool_calls or [])]
+    assert [c.function.arguments for c in streamed] == [{"city": "Paris"}]
+    log = list(read_log(log_path))
+    sent = [r.body for r in project(log)]
+    rebuilt = reparse(log, tokenizer, tool_call_parser="hermes", reasoning_parser=None)
+    assert [r.body for r in project(rebuilt)] == sent
+
+
+async def test_thinking_comes_back_as_message_thinking(tokenizer: Any) -> None:
+    settings = Settings(reasoning_parser="deepseek_r1")
+    app = create_app(settings, load=fake_loader(tokenizer, reply="<think>Easy.</think>Hello!"))
+    async with serving(app) as url:
+        await wait_ready(app)
+        client = ollama.Client(host=url)
+
+        def calls() -> tuple[Any, list[Any]]:
+            whole = client.chat(model=MODEL, messages=ASK, think=True, stream=False)
+            return whole, list(client.chat(model=MODEL, messages=ASK, think=True, stream=True))
+
+        whole, parts = await trio.to_thread.run_sync(calls)
+    assert whole.message.thinking == "Easy." and whole.message.content == "Hello!"
+    assert "".join(p.message.thinking or "" for p in parts) == "Easy."
+    assert "".join(p.message.content for p in parts) == "Hello!"
+
+
+async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
+    app = create_app(Settings(), load=fake_loader(tokenizer))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        bad_predict = {"model": MODEL, "messages": ASK, "options": {"num_predict": 0}}
+        refused = await client.post("/api/chat", json=bad_predict)
+        unknown = await client.post("/api/chat", json={"model": MODEL, "messages": ASK, "x": 1})
+        empty = await client.post("/api/chat", json={"model": MODEL, "messages": []})
+        wrong_method = await client.get("/api/chat")
+        ok = await client.post(
+            "/api/chat", json={"model": MODEL, "messages": ASK, "stream": False, "format": "json"}
+        )
+    assert refused.status_code == 400 and "num_predict" in refused.json()["error"]
+    assert unknown.status_code == 400 and "x" in unknown.json()["error"]
+    assert empty.status_code == 400 and set(empty.json()) == {"error"}
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+    assert ok.status_code == 200 and ok.json()["done"] is True
