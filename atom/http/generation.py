@@ -26,7 +26,7 @@ from atom.http.asgi import AsgiResponder, ASGISend, open_responder
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.fetch import plan_off_loop
-from atom.http.ollama_schemas import OllamaChatRequest
+from atom.http.ollama_schemas import OllamaChatRequest, OllamaGenerateRequest
 from atom.http.request_id import admitted_request_id
 from atom.http.responses_schemas import ResponsesRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest, RoutedBody
@@ -184,6 +184,9 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
     Endpoint.MESSAGES: Adapter(MessagesRequest, messages.ID_PREFIX, messages.plan),
     Endpoint.RESPONSES: Adapter(ResponsesRequest, responses.ID_PREFIX, responses.plan),
     Endpoint.OLLAMA_CHAT: Adapter(OllamaChatRequest, ollama.ID_PREFIX, ollama.plan),
+    Endpoint.OLLAMA_GENERATE: Adapter(
+        OllamaGenerateRequest, ollama.ID_PREFIX, ollama.plan_generate
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""/api/chat (Ollama's API): the validated body → the request's plan.
+"""/api/chat and /api/generate (Ollama's API): the validated body → the request's plan.
 
 An Ollama chat is a chat completion in other words, as Anthropic's Messages are
 (atom/http/messages.py): messages (base64 images as data URLs, tool calls with their
@@ -6,7 +6,9 @@ arguments as objects, tool answers by function name), `tools`, `format` ("json" 
 JSON schema) as the response format, the sampling `options`, and `think` as the
 template's thinking switch (or its reasoning effort) are translated into the chat body
 they mean and planned by atom/http/chat.py; only the response shape differs
-(atom/projections/wire_ollama.py renders it, NDJSON when streamed).
+(atom/projections/wire_ollama.py renders it, NDJSON when streamed). A generate body
+is the chat of its `system` and `prompt` (the model's template applies, as Ollama's
+does), or with `raw` the completion of its prompt as it is.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ from typing import Any
 import structlog
 
 from atom.actors.cores import EngineCore
-from atom.http import chat
+from atom.http import chat, completions
 from atom.http.adapter import Planned
 from atom.http.errors import parse
 from atom.http.images import image_part, named_as, take_origins
-from atom.http.ollama_schemas import OllamaChatRequest, OllamaMessage, OllamaOptions
-from atom.http.schemas import ChatCompletionRequest
+from atom.http.ollama_schemas import (
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    OllamaMessage,
+    OllamaOptions,
+)
+from atom.http.schemas import ChatCompletionRequest, CompletionRequest
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.plan import Endpoint
@@ -41,13 +48,44 @@ def plan(settings: Settings, core: EngineCore, body: OllamaChatRequest) -> Plann
         return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_CHAT)
 
 
+def plan_generate(settings: Settings, core: EngineCore, body: OllamaGenerateRequest) -> Planned:
+    """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
+    for name in ("suffix", "template", "context"):
+        if getattr(body, name):
+            raise InvalidRequest(f"{name} is not supported by this server", param=name)
+    if body.raw:
+        templated = {
+            "images": bool(body.images),
+            "system": bool(body.system),
+            "think": body.think is not None,
+        }
+        for param, given in templated.items():
+            if given:
+                raise InvalidRequest(f"{param} needs the chat template: leave out raw", param=param)
+        generation = {"prompt": body.prompt, **_common(body)}  # (think is None here)
+        planned = completions.plan(settings, core, parse(CompletionRequest, generation))
+        return planned.reshaped(endpoint=Endpoint.OLLAMA_GENERATE)
+    system = [OllamaMessage(role="system", content=body.system)] if body.system else []
+    user = OllamaMessage(role="user", content=body.prompt, images=body.images)
+    translated = {"messages": _messages([*system, user]), **_common(body)}
+    with named_as(take_origins(translated["messages"])):
+        chat_body = parse(ChatCompletionRequest, translated)
+        return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_GENERATE)
+
+
 def as_chat(body: OllamaChatRequest) -> dict[str, Any]:
     """The chat body this Ollama body means."""
-    out: dict[str, Any] = {"messages": _messages(body.messages), "stream": body.stream}
-    if body.model is not None:
-        out["model"] = body.model
+    out: dict[str, Any] = {"messages": _messages(body.messages), **_common(body)}
     if body.tools:
         out["tools"] = body.tools
+    return out
+
+
+def _common(body: OllamaChatRequest | OllamaGenerateRequest) -> dict[str, Any]:
+    """The fields both routes share: model, stream, format, think, options."""
+    out: dict[str, Any] = {"stream": body.stream}
+    if body.model is not None:
+        out["model"] = body.model
     if isinstance(body.format, dict):
         schema = {"name": "format", "schema": body.format}
         out["response_format"] = {"type": "json_schema", "json_schema": schema}

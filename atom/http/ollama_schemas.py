@@ -1,4 +1,5 @@
-"""Ollama's API request bodies (`/api/chat`), as its official client sends them.
+"""Ollama's API request bodies (`/api/chat`, `/api/generate`), as its official client
+sends them.
 
 The same strictness as the OpenAI schemas for the body itself (types checked, unknown
 fields refused by name); `options` is Ollama's bag of model settings, of which the
@@ -65,3 +66,20 @@ class OllamaChatRequest(RoutedBody):
     stream: bool = True  # Ollama streams unless told not to
     think: bool | Literal["low", "medium", "high"] | None = None
     keep_alive: float | str | None = None  # accepted; models stay loaded (--models-max)
+
+
+class OllamaGenerateRequest(RoutedBody):
+    model: str | None = None
+    prompt: str = ""
+    system: str | None = None
+    images: list[str] | None = None  # base64
+    format: Literal["json"] | dict[str, Any] | Literal[""] | None = None
+    options: OllamaOptions | None = None
+    stream: bool = True
+    raw: bool = False  # the prompt as it is, without the chat template
+    think: bool | Literal["low", "medium", "high"] | None = None
+    keep_alive: float | str | None = None
+    # Not served: a 400 names them when they are given (atom/http/ollama.py).
+    suffix: str | None = None
+    template: str | None = None
+    context: list[int] | None = None

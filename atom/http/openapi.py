@@ -26,7 +26,7 @@ from atom.http.admin import (
 )
 from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
 from atom.http.info import atom_version
-from atom.http.ollama_schemas import OllamaChatRequest
+from atom.http.ollama_schemas import OllamaChatRequest, OllamaGenerateRequest
 from atom.http.openapi_answers import Schema
 from atom.http.pooling_routes import ALIASES
 from atom.http.pooling_routes import ROUTES as POOLING_ROUTES
@@ -94,6 +94,9 @@ OPERATIONS: tuple[Operation, ...] = (
           body=CountTokensRequest, error="AnthropicError"),
     _post("/api/chat", "Ollama's chat", answers.OLLAMA_CHAT, body=OllamaChatRequest,
           stream_event=answers.OLLAMA_CHAT, stream_type=NDJSON, error="OllamaError"),
+    _post("/api/generate", "Ollama's generation", answers.OLLAMA_GENERATE,
+          body=OllamaGenerateRequest, stream_event=answers.OLLAMA_GENERATE, stream_type=NDJSON,
+          error="OllamaError"),
     _get("/api/tags", "Served models, as Ollama lists them", answers.OLLAMA_TAGS,
          error="OllamaError"),
     _get("/api/version", "ATOM's version, where Ollama's clients ask", answers.VERSION,

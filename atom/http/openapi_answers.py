@@ -105,6 +105,12 @@ OLLAMA_CHAT = obj(
      "prompt_eval_count": INTEGER, "prompt_eval_duration": INTEGER, "eval_count": INTEGER,
      "eval_duration": INTEGER},
 )  # fmt: skip
+OLLAMA_GENERATE = obj(
+    {"model": STRING, "created_at": STRING, "response": STRING, "done": BOOLEAN},
+    {"thinking": STRING, "done_reason": STRING, "total_duration": INTEGER,
+     "load_duration": INTEGER, "prompt_eval_count": INTEGER, "prompt_eval_duration": INTEGER,
+     "eval_count": INTEGER, "eval_duration": INTEGER},
+)  # fmt: skip
 OLLAMA_TAGS = obj({"models": array(obj({"name": STRING, "model": STRING, "modified_at": STRING}))})
 _POOLED = {
     "id": STRING,

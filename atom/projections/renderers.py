@@ -26,8 +26,9 @@ def renderer_for(received: RequestReceived, shape: ResponseShape) -> Renderer:
         if shape.stream:
             return ResponsesStreamRenderer(received, shape)
         return ResponsesBodyRenderer(received, shape)
-    if shape.endpoint is Endpoint.OLLAMA_CHAT:
-        return OllamaStreamRenderer(received) if shape.stream else OllamaBodyRenderer(received)
+    if shape.endpoint in (Endpoint.OLLAMA_CHAT, Endpoint.OLLAMA_GENERATE):
+        ollama = OllamaStreamRenderer if shape.stream else OllamaBodyRenderer
+        return ollama(received, is_chat=shape.endpoint is Endpoint.OLLAMA_CHAT)
     if shape.endpoint is Endpoint.MESSAGES:
         if shape.stream:
             return MessagesStreamRenderer(received)

@@ -1,9 +1,11 @@
-"""Ollama's API wire format (`/api/chat`) as a projection of a request's events.
+"""Ollama's API wire format (`/api/chat`, `/api/generate`) as a projection of a
+request's events.
 
 Streamed, one JSON object a line (NDJSON): a line for each text or reasoning delta
-(`message.content`, `message.thinking`), a line with the calls once the answer ends
-(`message.tool_calls`, each call's arguments an object), then the last line, `done:
-true`, with `done_reason` and the counts and durations Ollama reports (nanoseconds).
+(chat: `message.content`, `message.thinking`; generate: `response`, `thinking`), a
+line with the calls once a chat's answer ends (`message.tool_calls`, each call's
+arguments an object), then the last line, `done: true`, with `done_reason` and the
+counts and durations Ollama reports (nanoseconds).
 Whole, one object with the complete message. Every line's `created_at` is the time the
 request was received, so replay gives the same bytes. A failure is `{"error": "…"}`:
 with its status before the first line, as the last line after it.
@@ -40,13 +42,22 @@ def timestamp(seconds: float) -> str:
 
 
 class _Ollama:
-    """What both shapes share: the answer so far and the fields of every object."""
+    """What both shapes share: the answer so far and the fields of every object. A
+    chat's text goes in `message`, a generation's at the top level (`response`)."""
 
-    def __init__(self, received: RequestReceived) -> None:
+    def __init__(self, received: RequestReceived, *, is_chat: bool) -> None:
         self._received = received
         self._answer = Answer()
+        self._is_chat = is_chat
         self.has_started = False
         self._head = {"model": received.model, "created_at": timestamp(received.created)}
+
+    def _content(self, text: str, thinking: str | None = None) -> dict[str, Any]:
+        """`text` (and `thinking`) where this route puts them."""
+        if not self._is_chat:
+            return {"response": text} | ({"thinking": thinking} if thinking else {})
+        message = {"role": "assistant", "content": text}
+        return {"message": message | ({"thinking": thinking} if thinking else {})}
 
     def _error(self, failed: RequestFailed, content_type: str) -> Output:
         body = dumps(error_body(failed.message))
@@ -93,13 +104,10 @@ class OllamaBodyRenderer(_Ollama):
         if not isinstance(event, RequestCompleted):
             return None
         self.has_started = True
-        message: dict[str, Any] = {"role": "assistant", "content": self._text("text")}
-        thinking = self._text("thinking")
-        if thinking:
-            message["thinking"] = thinking
-        if self._answer.has_calls:
-            message["tool_calls"] = self._calls()
-        body = {**self._head, "message": message, **self._done(event)}
+        content = self._content(self._text("text"), self._text("thinking"))
+        if self._answer.has_calls and self._is_chat:
+            content["message"]["tool_calls"] = self._calls()
+        body = {**self._head, **content, **self._done(event)}
         return Output(body=dumps(body), is_final=True)
 
     def _text(self, kind: str) -> str:
@@ -113,21 +121,22 @@ class OllamaStreamRenderer(_Ollama):
         if isinstance(event, RequestFailed):
             return self._error(event, NDJSON)
         self._answer.record(event)
-        message = self._message(event)
-        if message is not None:
-            return self._line({"message": message, "done": False})
+        content = self._delta(event)
+        if content is not None:
+            return self._line({**content, "done": False})
         if isinstance(event, RequestCompleted):
-            message = {"role": "assistant", "content": ""}
-            return self._line({"message": message, **self._done(event)}, is_final=True)
+            return self._line({**self._content(""), **self._done(event)}, is_final=True)
         return None
 
-    def _message(self, event: Event) -> dict[str, Any] | None:
+    def _delta(self, event: Event) -> dict[str, Any] | None:
         if isinstance(event, TextDelta) and event.text:
-            return {"role": "assistant", "content": event.text}
+            return self._content(event.text)
         if isinstance(event, ReasoningDelta) and event.text:
-            return {"role": "assistant", "content": "", "thinking": event.text}
-        if isinstance(event, ChoiceFinished) and self._answer.has_calls:
-            return {"role": "assistant", "content": "", "tool_calls": self._calls()}
+            return self._content("", event.text)
+        if isinstance(event, ChoiceFinished) and self._answer.has_calls and self._is_chat:
+            content = self._content("")
+            content["message"]["tool_calls"] = self._calls()
+            return content
         return None  # a call's start and arguments: sent whole when the answer ends
 
     def _line(self, obj: dict[str, Any], *, is_final: bool = False) -> Output:

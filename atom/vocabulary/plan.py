@@ -20,6 +20,7 @@ class Endpoint(StrEnum):
     MESSAGES = "messages"  # Anthropic's Messages API
     RESPONSES = "responses"  # OpenAI's Responses API
     OLLAMA_CHAT = "ollama.chat"  # Ollama's /api/chat
+    OLLAMA_GENERATE = "ollama.generate"  # Ollama's /api/generate
     EMBEDDINGS = "embeddings"  # the pooling endpoints (PoolingPlan)
     SCORE = "score"
     RERANK = "rerank"
@@ -35,6 +36,7 @@ GENERATION_PATHS = {
     Endpoint.MESSAGES: "/v1/messages",
     Endpoint.RESPONSES: "/v1/responses",
     Endpoint.OLLAMA_CHAT: "/api/chat",
+    Endpoint.OLLAMA_GENERATE: "/api/generate",
 }
 
 

@@ -103,6 +103,28 @@ async def test_thinking_comes_back_as_message_thinking(tokenizer: Any) -> None:
     assert "".join(p.message.content for p in parts) == "Hello!"
 
 
+async def test_generate_templated_raw_and_streamed(tokenizer: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / "log.jsonl"
+    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+    async with serving(app) as url:
+        await wait_ready(app)
+        client = ollama.Client(host=url)
+
+        def calls() -> tuple[Any, Any, list[Any]]:
+            templated = client.generate(model=MODEL, prompt="Hi", system="Be brief.", stream=False)
+            raw = client.generate(model=MODEL, prompt="Hi", raw=True, stream=False)
+            return templated, raw, list(client.generate(model=MODEL, prompt="Hi", stream=True))
+
+        templated, raw, parts = await trio.to_thread.run_sync(calls)
+    assert templated.response == FAKE_REPLY and raw.response == FAKE_REPLY
+    assert raw.prompt_eval_count == len(tokenizer.encode("Hi", add_special_tokens=False))
+    assert (templated.prompt_eval_count or 0) > (raw.prompt_eval_count or 0) + 5  # the template
+    assert "".join(p.response for p in parts) == FAKE_REPLY and parts[-1].done
+    streamed = project(read_log(log_path))[2]
+    lines = [json.loads(line) for line in bytes(streamed.body).splitlines()]
+    assert lines and all(set(line) >= {"model", "created_at", "response", "done"} for line in lines)
+
+
 async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
     app = create_app(Settings(), load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -112,6 +134,10 @@ async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
         unknown = await client.post("/api/chat", json={"model": MODEL, "messages": ASK, "x": 1})
         empty = await client.post("/api/chat", json={"model": MODEL, "messages": []})
         wrong_method = await client.get("/api/chat")
+        suffix = await client.post("/api/generate", json={"prompt": "a", "suffix": "b"})
+        raw_system = await client.post(
+            "/api/generate", json={"prompt": "a", "raw": True, "system": "s"}
+        )
         ok = await client.post(
             "/api/chat", json={"model": MODEL, "messages": ASK, "stream": False, "format": "json"}
         )
@@ -119,4 +145,6 @@ async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
     assert unknown.status_code == 400 and "x" in unknown.json()["error"]
     assert empty.status_code == 400 and set(empty.json()) == {"error"}
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+    assert suffix.status_code == 400 and "suffix" in suffix.json()["error"]
+    assert raw_system.status_code == 400 and "system" in raw_system.json()["error"]
     assert ok.status_code == 200 and ok.json()["done"] is True
