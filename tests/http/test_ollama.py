@@ -5,6 +5,8 @@ and its replay."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,20 @@ MODEL = "SmolLM2-135M-Instruct"
 ASK = [{"role": "user", "content": "Say hello."}]
 
 
-async def test_a_chat_whole_and_streamed_and_the_model_list(tokenizer: Any, tmp_path: Path) -> None:
-    log_path = tmp_path / "log.jsonl"
-    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+@asynccontextmanager
+async def ollama_server(
+    tokenizer: Any, settings: Settings, reply: str = FAKE_REPLY
+) -> AsyncIterator[tuple[ollama.Client, str]]:
+    """A served app over the FakeRunner replying `reply`: the official client and the URL."""
+    app = create_app(settings, load=fake_loader(tokenizer, reply=reply))
     async with serving(app) as url:
         await wait_ready(app)
-        client = ollama.Client(host=url)
+        yield ollama.Client(host=url), url
+
+
+async def test_a_chat_whole_and_streamed_and_the_model_list(tokenizer: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / "log.jsonl"
+    async with ollama_server(tokenizer, Settings(request_log=str(log_path))) as (client, url):
 
         def calls() -> tuple[Any, list[Any], Any, Any]:
             options = {"temperature": 0, "num_predict": 64, "num_ctx": 4096}
@@ -58,10 +68,7 @@ async def test_a_chat_whole_and_streamed_and_the_model_list(tokenizer: Any, tmp_
 async def test_tool_calls_whole_streamed_and_reparsed(tokenizer: Any, tmp_path: Path) -> None:
     log_path = tmp_path / "log.jsonl"
     settings = Settings(tool_call_parser="hermes", request_log=str(log_path))
-    app = create_app(settings, load=fake_loader(tokenizer, reply=CALL_REPLY))
-    async with serving(app) as url:
-        await wait_ready(app)
-        client = ollama.Client(host=url)
+    async with ollama_server(tokenizer, settings, CALL_REPLY) as (client, _):
         asked = {"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}
         history = [
             *ASK,
@@ -88,10 +95,7 @@ async def test_tool_calls_whole_streamed_and_reparsed(tokenizer: Any, tmp_path: 
 
 async def test_thinking_comes_back_as_message_thinking(tokenizer: Any) -> None:
     settings = Settings(reasoning_parser="deepseek_r1")
-    app = create_app(settings, load=fake_loader(tokenizer, reply="<think>Easy.</think>Hello!"))
-    async with serving(app) as url:
-        await wait_ready(app)
-        client = ollama.Client(host=url)
+    async with ollama_server(tokenizer, settings, "<think>Easy.</think>Hello!") as (client, _):
 
         def calls() -> tuple[Any, list[Any]]:
             whole = client.chat(model=MODEL, messages=ASK, think=True, stream=False)
@@ -105,10 +109,7 @@ async def test_thinking_comes_back_as_message_thinking(tokenizer: Any) -> None:
 
 async def test_generate_templated_raw_and_streamed(tokenizer: Any, tmp_path: Path) -> None:
     log_path = tmp_path / "log.jsonl"
-    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
-    async with serving(app) as url:
-        await wait_ready(app)
-        client = ollama.Client(host=url)
+    async with ollama_server(tokenizer, Settings(request_log=str(log_path))) as (client, _):
 
         def calls() -> tuple[Any, Any, list[Any]]:
             templated = client.generate(model=MODEL, prompt="Hi", system="Be brief.", stream=False)
