@@ -18,17 +18,20 @@ from typing import Any
 
 import structlog
 
-from atom.actors.cores import EngineCore
-from atom.http import chat, completions
+from atom.actors.cores import EngineCore, PoolingCore
+from atom.http import chat, completions, pooling
 from atom.http.adapter import Planned
 from atom.http.errors import parse
 from atom.http.images import image_part, named_as, take_origins
 from atom.http.ollama_schemas import (
     OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaMessage,
     OllamaOptions,
 )
+from atom.http.pooling_schemas import EmbeddingsRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
@@ -71,6 +74,31 @@ def plan_generate(settings: Settings, core: EngineCore, body: OllamaGenerateRequ
     with named_as(take_origins(translated["messages"])):
         chat_body = parse(ChatCompletionRequest, translated)
         return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_GENERATE)
+
+
+def plan_embed(core: PoolingCore, body: OllamaEmbedRequest) -> pooling.Planned:
+    """/api/embed as the /v1/embeddings request it means (`truncate`: inputs past the
+    model's length are cut to it)."""
+    _ignored(body.options)
+    embeddings: dict[str, Any] = {"input": body.input, "dimensions": body.dimensions}
+    if body.truncate:
+        embeddings["truncate_prompt_tokens"] = -1
+    request = parse(EmbeddingsRequest, embeddings)
+    return pooling.plan_embeddings(core, request, Endpoint.OLLAMA_EMBED)
+
+
+def plan_embeddings(core: PoolingCore, body: OllamaEmbeddingsRequest) -> pooling.Planned:
+    """The older /api/embeddings: one prompt."""
+    _ignored(body.options)
+    request = parse(EmbeddingsRequest, {"input": body.prompt})
+    return pooling.plan_embeddings(core, request, Endpoint.OLLAMA_EMBEDDINGS)
+
+
+def _ignored(options: OllamaOptions | None) -> None:
+    """An embedding samples nothing: every option given is ignored, with a warning."""
+    given = set() if options is None else options.model_fields_set | set(options.model_extra or {})
+    if given:
+        log.warning("ollama_options_ignored", options=sorted(given))
 
 
 def as_chat(body: OllamaChatRequest) -> dict[str, Any]:

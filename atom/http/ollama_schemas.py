@@ -1,5 +1,5 @@
-"""Ollama's API request bodies (`/api/chat`, `/api/generate`), as its official client
-sends them.
+"""Ollama's API request bodies (`/api/chat`, `/api/generate`, `/api/embed`,
+`/api/embeddings`), as its official client sends them.
 
 The same strictness as the OpenAI schemas for the body itself (types checked, unknown
 fields refused by name); `options` is Ollama's bag of model settings, of which the
@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from atom.http.pooling_schemas import NonEmptyText, _PoolingBody
 from atom.http.schemas import RoutedBody
 
 
@@ -83,3 +84,19 @@ class OllamaGenerateRequest(RoutedBody):
     suffix: str | None = None
     template: str | None = None
     context: list[int] | None = None
+
+
+class OllamaEmbedRequest(_PoolingBody):
+    input: str | NonEmptyText
+    truncate: bool = True  # inputs past the model's length are cut (else a 400)
+    dimensions: int | None = Field(default=None, ge=1)
+    options: OllamaOptions | None = None  # no sampling here: ignored, with a warning
+    keep_alive: float | str | None = None
+
+
+class OllamaEmbeddingsRequest(_PoolingBody):
+    """The older route: one prompt, one embedding."""
+
+    prompt: str
+    options: OllamaOptions | None = None
+    keep_alive: float | str | None = None

@@ -69,6 +69,8 @@ _POOLING_ANSWERS = {
     "/classify": answers.CLASSIFY,
     "/v1/score": answers.SCORE,
     "/v1/rerank": answers.RERANK,
+    "/api/embed": answers.OLLAMA_EMBED,
+    "/api/embeddings": answers.OLLAMA_EMBEDDINGS,
 }
 _RESPONSE_ID = "/v1/responses/{response_id}"
 
@@ -111,7 +113,8 @@ OPERATIONS: tuple[Operation, ...] = (
     *(
         _post(path, f"{path.rsplit('/', 1)[-1].capitalize()} (pooling model)",
               _POOLING_ANSWERS[ALIASES.get(path, path)],
-              body=POOLING_ROUTES[ALIASES.get(path, path)].schema)
+              body=POOLING_ROUTES[ALIASES.get(path, path)].schema,
+              error="OllamaError" if path.startswith("/api/") else "Error")
         for path in (*POOLING_ROUTES, *ALIASES)
     ),
     _get("/health", "Liveness; with deep=1 every model produces a token", answers.HEALTH,

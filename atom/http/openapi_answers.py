@@ -111,6 +111,10 @@ OLLAMA_GENERATE = obj(
      "load_duration": INTEGER, "prompt_eval_count": INTEGER, "prompt_eval_duration": INTEGER,
      "eval_count": INTEGER, "eval_duration": INTEGER},
 )  # fmt: skip
+OLLAMA_EMBED = obj(
+    {"model": STRING, "embeddings": array(array(NUMBER))}, {"prompt_eval_count": INTEGER}
+)
+OLLAMA_EMBEDDINGS = obj({"embedding": array(NUMBER)})
 OLLAMA_TAGS = obj({"models": array(obj({"name": STRING, "model": STRING, "modified_at": STRING}))})
 _POOLED = {
     "id": STRING,

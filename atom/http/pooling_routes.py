@@ -1,6 +1,7 @@
 """The pooling routes: /v1/embeddings, /pooling, /classify, /v1/score and rerank (with
-vLLM's aliases). Each validates its body, finds the model, plans it off the event loop
-and waits for the Pooler (atom/actors/pooling_request.py)."""
+vLLM's aliases), and Ollama's /api/embed and /api/embeddings. Each validates its body,
+finds the model, plans it off the event loop and waits for the Pooler
+(atom/actors/pooling_request.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from quart_trio import QuartTrio
 from atom.actors.cores import PoolingCore
 from atom.actors.engine import Engine
 from atom.actors.pooling_request import run_pooling
-from atom.http import pooling
+from atom.http import ollama, pooling
 from atom.http.access import tenant_in
 from atom.http.body import request_json
 from atom.http.errors import parse
 from atom.http.fetch import plan_off_loop
+from atom.http.ollama_schemas import OllamaEmbeddingsRequest, OllamaEmbedRequest
 from atom.http.pooling_schemas import (
     ClassifyRequest,
     EmbeddingsRequest,
@@ -71,6 +73,18 @@ ROUTES = {
     "/v1/score": PoolingRoute(Endpoint.SCORE, ScoreRequest, SCORERS, pooling.plan_score, "score-"),
     "/v1/rerank": PoolingRoute(
         Endpoint.RERANK, RerankRequest, SCORERS, pooling.plan_rerank, "rerank-"
+    ),
+}
+ROUTES |= {
+    "/api/embed": PoolingRoute(
+        Endpoint.OLLAMA_EMBED, OllamaEmbedRequest, EMBEDDERS, ollama.plan_embed, "ollama-"
+    ),
+    "/api/embeddings": PoolingRoute(
+        Endpoint.OLLAMA_EMBEDDINGS,
+        OllamaEmbeddingsRequest,
+        EMBEDDERS,
+        ollama.plan_embeddings,
+        "ollama-",
     ),
 }
 ALIASES = {"/score": "/v1/score", "/rerank": "/v1/rerank", "/v2/rerank": "/v1/rerank"}

@@ -1,5 +1,6 @@
 """The pooling endpoints' JSON bodies: OpenAI's shape for /v1/embeddings, vLLM's for
-/pooling, /classify and /v1/score, Jina's and Cohere's for rerank.
+/pooling, /classify and /v1/score, Jina's and Cohere's for rerank, Ollama's for
+/api/embed and /api/embeddings.
 
 A pure projection of a request's `PoolingRequested` (its plan) and `PoolingFinished`
 (the model's raw output per input), fed the same events live and in `atom replay`.
@@ -13,8 +14,11 @@ from array import array
 from typing import Any
 
 from atom.projections.wire import Output, dumps, error_output
+from atom.projections.wire_ollama import error_body as ollama_error_body
 from atom.vocabulary.events import Event, PoolingFinished, PoolingRequested, RequestFailed
 from atom.vocabulary.plan import Activation, Endpoint, PoolingPlan
+
+OLLAMA = frozenset({Endpoint.OLLAMA_EMBED, Endpoint.OLLAMA_EMBEDDINGS})  # Ollama's errors
 
 
 class PoolingRenderer:
@@ -26,6 +30,11 @@ class PoolingRenderer:
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
+            if self.received.plan.endpoint in OLLAMA:
+                body = dumps(ollama_error_body(event.message))
+                return Output(
+                    body=body, status=event.status, is_final=True, retry_after_s=event.retry_after_s
+                )
             return error_output(event)
         if isinstance(event, PoolingFinished):
             self.has_started = True
@@ -48,6 +57,13 @@ def render(received: PoolingRequested, finished: PoolingFinished) -> bytes:
     plan = received.plan
     outputs = [decode_output(o) for o in finished.outputs]
     num_tokens = received.num_prompt_tokens
+    if plan.endpoint is Endpoint.OLLAMA_EMBED:
+        embeddings = [_encoded(plan, out) for out in outputs]
+        return dumps(
+            {"model": received.model, "embeddings": embeddings, "prompt_eval_count": num_tokens}
+        )
+    if plan.endpoint is Endpoint.OLLAMA_EMBEDDINGS:
+        return dumps({"embedding": _encoded(plan, outputs[0])})
     if plan.endpoint is Endpoint.RERANK:
         return dumps(
             {

@@ -21,6 +21,8 @@ class Endpoint(StrEnum):
     RESPONSES = "responses"  # OpenAI's Responses API
     OLLAMA_CHAT = "ollama.chat"  # Ollama's /api/chat
     OLLAMA_GENERATE = "ollama.generate"  # Ollama's /api/generate
+    OLLAMA_EMBED = "ollama.embed"  # Ollama's /api/embed (a pooling endpoint)
+    OLLAMA_EMBEDDINGS = "ollama.embeddings"  # Ollama's older /api/embeddings
     EMBEDDINGS = "embeddings"  # the pooling endpoints (PoolingPlan)
     SCORE = "score"
     RERANK = "rerank"

@@ -126,6 +126,28 @@ async def test_generate_templated_raw_and_streamed(tokenizer: Any, tmp_path: Pat
     assert lines and all(set(line) >= {"model", "created_at", "response", "done"} for line in lines)
 
 
+async def test_embed_and_the_older_embeddings_equal_openais(tokenizer: Any) -> None:
+    embedder = "all-MiniLM-L6-v2"
+    async with ollama_server(tokenizer, Settings()) as (client, url):
+
+        def openai_style(**body: Any) -> list[list[float]]:
+            answer = httpx.post(f"{url}/v1/embeddings", json={"model": embedder, **body})
+            return [d["embedding"] for d in answer.json()["data"]]
+
+        def calls() -> tuple[Any, ...]:
+            embedded = client.embed(model=embedder, input=["Paris", "a fox"], dimensions=8)
+            older = client.embeddings(model=embedder, prompt="Paris")
+            wrong = httpx.post(f"{url}/api/embed", json={"model": MODEL, "input": "x"})
+            same_dims = openai_style(input=["Paris", "a fox"], dimensions=8)
+            return embedded, older, wrong, same_dims, openai_style(input="Paris")
+
+        embedded, older, wrong, same_dims, whole = await trio.to_thread.run_sync(calls)
+    assert embedded.embeddings == same_dims and len(same_dims[0]) == 8
+    assert embedded.model == embedder
+    assert older.embedding == whole[0] and len(whole[0]) == 8
+    assert wrong.status_code == 400 and set(wrong.json()) == {"error"}
+
+
 async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
     app = create_app(Settings(), load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
