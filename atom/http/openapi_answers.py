@@ -115,6 +115,13 @@ OLLAMA_EMBED = obj(
     {"model": STRING, "embeddings": array(array(NUMBER))}, {"prompt_eval_count": INTEGER}
 )
 OLLAMA_EMBEDDINGS = obj({"embedding": array(NUMBER)})
+OLLAMA_SHOW = obj(
+    {"modified_at": STRING, "model_info": obj({}), "capabilities": array(STRING)},
+    {"template": STRING},
+)
+OLLAMA_PS = obj(
+    {"models": array(obj({"name": STRING, "model": STRING, "context_length": INTEGER}))}
+)
 OLLAMA_TAGS = obj({"models": array(obj({"name": STRING, "model": STRING, "modified_at": STRING}))})
 _POOLED = {
     "id": STRING,

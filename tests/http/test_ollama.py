@@ -148,6 +148,23 @@ async def test_embed_and_the_older_embeddings_equal_openais(tokenizer: Any) -> N
     assert wrong.status_code == 400 and set(wrong.json()) == {"error"}
 
 
+async def test_show_and_ps_describe_the_served_models(tokenizer: Any) -> None:
+    settings = Settings(tool_call_parser="hermes")
+    async with ollama_server(tokenizer, settings) as (client, url):
+
+        def calls() -> tuple[Any, ...]:
+            missing = httpx.post(f"{url}/api/show", json={"model": "no-such-model"})
+            return client.show(MODEL), client.show("all-MiniLM-L6-v2"), client.ps(), missing
+
+        shown, embedder, running, missing = await trio.to_thread.run_sync(calls)
+    assert shown.capabilities == ["completion", "tools"] and "im_start" in (shown.template or "")
+    assert shown.modelinfo is not None and shown.modelinfo["kind"] == "generate"
+    assert embedder.capabilities == ["embedding"]
+    loaded = {m.model: m.context_length for m in running.models}
+    assert set(loaded) == {MODEL, "all-MiniLM-L6-v2"} and loaded[MODEL] == 2048
+    assert missing.status_code == 404 and "no-such-model" in missing.json()["error"]
+
+
 async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
     app = create_app(Settings(), load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
