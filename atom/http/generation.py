@@ -60,6 +60,9 @@ async def serve_generation(
             engine.settings, build_request, engine, endpoint, raw, client_id, tenant
         )
         core, request = built
+        if isinstance(request, Output):
+            await AsgiResponder(send).respond(request)
+            return
         engine.admit(request.received.request_id, core.name)  # no checkpoint until published
     except AtomError as error:
         await send_error(send, error, scope["path"])
@@ -134,11 +137,13 @@ async def send_error(send: ASGISend, error: AtomError, path: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Adapter(Generic[B]):
-    """An endpoint: its body schema, its response ids' prefix and its plan builder."""
+    """An endpoint: its body schema, its response ids' prefix and its plan builder; and
+    what it answers at once, generating nothing (Ollama's load requests), if anything."""
 
     schema: type[B]
     id_prefix: str
     plan: Callable[[Settings, EngineCore, B], Planned]
+    at_once: Callable[[EngineCore, B], Output | None] = lambda core, body: None
 
     def request(
         self,
@@ -146,13 +151,16 @@ class Adapter(Generic[B]):
         endpoint: Endpoint,
         payload: dict[str, Any],
         caller: tuple[str | None, Tenant],
-    ) -> tuple[EngineCore, GenerationRequest]:
+    ) -> tuple[EngineCore, GenerationRequest | Output]:
         """`caller`: the client's `x-request-id` (if sent) and the key's Tenant."""
         body = parse(self.schema, payload)
         client_id, tenant = caller
         core = engine.generation(body.model, GENERATION_PATHS[endpoint])
         if tenant is not EVERYONE:
             core = replace(core, tenant=tenant)
+        answer = self.at_once(core, body)
+        if answer is not None:
+            return core, answer
         planned = self.plan(engine.settings, core, body)
         request_id = self.id_prefix + (client_id or uuid.uuid4().hex)
         received = RequestReceived(
@@ -183,9 +191,11 @@ ADAPTERS: dict[Endpoint, Adapter[Any]] = {
     Endpoint.COMPLETIONS: Adapter(CompletionRequest, completions.ID_PREFIX, completions.plan),
     Endpoint.MESSAGES: Adapter(MessagesRequest, messages.ID_PREFIX, messages.plan),
     Endpoint.RESPONSES: Adapter(ResponsesRequest, responses.ID_PREFIX, responses.plan),
-    Endpoint.OLLAMA_CHAT: Adapter(OllamaChatRequest, ollama.ID_PREFIX, ollama.plan),
+    Endpoint.OLLAMA_CHAT: Adapter(
+        OllamaChatRequest, ollama.ID_PREFIX, ollama.plan, ollama.load_answer
+    ),
     Endpoint.OLLAMA_GENERATE: Adapter(
-        OllamaGenerateRequest, ollama.ID_PREFIX, ollama.plan_generate
+        OllamaGenerateRequest, ollama.ID_PREFIX, ollama.plan_generate, ollama.load_answer
     ),
 }
 
@@ -196,9 +206,9 @@ def build_request(
     raw: bytes,
     client_id: str | None = None,
     tenant: Tenant = EVERYONE,
-) -> tuple[EngineCore, GenerationRequest]:
+) -> tuple[EngineCore, GenerationRequest | Output]:
     """Validate and plan one request for the model it names (its id from the client's
     `x-request-id` when it sent one), made by `tenant`; raises AtomError with the right
-    status."""
+    status. An Output instead of a request is the whole answer, given at once."""
     payload = decode_json(raw)
     return ADAPTERS[endpoint].request(engine, endpoint, payload, (client_id, tenant))

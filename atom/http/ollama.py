@@ -33,6 +33,8 @@ from atom.http.ollama_schemas import (
 )
 from atom.http.pooling_schemas import EmbeddingsRequest
 from atom.http.schemas import ChatCompletionRequest, CompletionRequest
+from atom.projections.wire import Output, dumps
+from atom.projections.wire_ollama import timestamp
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.plan import Endpoint
@@ -41,10 +43,25 @@ ID_PREFIX = "ollama-"  # the request's id in the log (Ollama's answers carry non
 log = structlog.get_logger(__name__)
 
 
+def load_answer(core: EngineCore, body: OllamaChatRequest | OllamaGenerateRequest) -> Output | None:
+    """Ollama's answer to a load request (a chat without messages, a generation without
+    prompt or images), given at once: the model is loaded, as it stays (`keep_alive`
+    0, an unload for Ollama, is answered the same). None for any other body."""
+    if isinstance(body, OllamaChatRequest):
+        if body.messages:
+            return None
+        content: dict[str, Any] = {"message": {"role": "assistant", "content": ""}}
+    elif body.prompt or body.images:
+        return None
+    else:
+        content = {"response": ""}
+    head = {"model": core.name, "created_at": timestamp(core.clock())}
+    loaded = {**head, **content, "done": True, "done_reason": "load"}
+    return Output(body=dumps(loaded), is_final=True)
+
+
 def plan(settings: Settings, core: EngineCore, body: OllamaChatRequest) -> Planned:
     """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
-    if not body.messages:
-        raise InvalidRequest("messages must hold at least one message", param="messages")
     translated = as_chat(body)
     with named_as(take_origins(translated["messages"])):
         chat_body = parse(ChatCompletionRequest, translated)

@@ -14,6 +14,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from atom.actors.engine import Engine
+from atom.actors.request import GenerationRequest
 from atom.http.access import tenant_in
 from atom.http.fetch import plan_off_loop
 from atom.http.generation import build_request
@@ -37,6 +38,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
         core, built = await plan_off_loop(
             engine.settings, build_request, engine, endpoint, raw, client_id, tenant
         )
+        assert isinstance(built, GenerationRequest)  # chat and completions always plan
         params = dataclasses.asdict(built.submit.params)
         rendered = [
             {

@@ -165,14 +165,16 @@ async def test_show_and_ps_describe_the_served_models(tokenizer: Any) -> None:
     assert missing.status_code == 404 and "no-such-model" in missing.json()["error"]
 
 
-async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
+async def test_load_requests_and_bad_bodies(tokenizer: Any) -> None:
     app = create_app(Settings(), load=fake_loader(tokenizer))
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         await wait_ready(app)
         bad_predict = {"model": MODEL, "messages": ASK, "options": {"num_predict": 0}}
         refused = await client.post("/api/chat", json=bad_predict)
         unknown = await client.post("/api/chat", json={"model": MODEL, "messages": ASK, "x": 1})
-        empty = await client.post("/api/chat", json={"model": MODEL, "messages": []})
+        load = await client.post("/api/chat", json={"model": MODEL, "messages": []})
+        load_generate = await client.post("/api/generate", json={"model": MODEL})
+        load_missing = await client.post("/api/generate", json={"model": "no-such-model"})
         wrong_method = await client.get("/api/chat")
         suffix = await client.post("/api/generate", json={"prompt": "a", "suffix": "b"})
         raw_system = await client.post(
@@ -183,7 +185,10 @@ async def test_bad_bodies_get_ollamas_error_shape(tokenizer: Any) -> None:
         )
     assert refused.status_code == 400 and "num_predict" in refused.json()["error"]
     assert unknown.status_code == 400 and "x" in unknown.json()["error"]
-    assert empty.status_code == 400 and set(empty.json()) == {"error"}
+    assert load.status_code == 200 and load.json()["done_reason"] == "load"
+    assert load.json()["message"] == {"role": "assistant", "content": ""}
+    assert load_generate.json()["done_reason"] == "load" and load_generate.json()["response"] == ""
+    assert load_missing.status_code == 404 and set(load_missing.json()) == {"error"}
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
     assert suffix.status_code == 400 and "suffix" in suffix.json()["error"]
     assert raw_system.status_code == 400 and "system" in raw_system.json()["error"]
