@@ -109,19 +109,23 @@ async def test_thinking_comes_back_as_message_thinking(tokenizer: Any) -> None:
 
 async def test_generate_templated_raw_and_streamed(tokenizer: Any, tmp_path: Path) -> None:
     log_path = tmp_path / "log.jsonl"
-    async with ollama_server(tokenizer, Settings(request_log=str(log_path))) as (client, _):
+    async with ollama_server(tokenizer, Settings(request_log=str(log_path))) as (client, url):
 
-        def calls() -> tuple[Any, Any, list[Any]]:
+        def calls() -> tuple[Any, Any, list[Any], bytes]:
             templated = client.generate(model=MODEL, prompt="Hi", system="Be brief.", stream=False)
             raw = client.generate(model=MODEL, prompt="Hi", raw=True, stream=False)
-            return templated, raw, list(client.generate(model=MODEL, prompt="Hi", stream=True))
+            parts = list(client.generate(model=MODEL, prompt="Hi", stream=True))
+            sent = httpx.post(f"{url}/api/generate", json={"model": MODEL, "prompt": "Hi"})
+            return templated, raw, parts, sent.content
 
-        templated, raw, parts = await trio.to_thread.run_sync(calls)
+        templated, raw, parts, sent = await trio.to_thread.run_sync(calls)
     assert templated.response == FAKE_REPLY and raw.response == FAKE_REPLY
     assert raw.prompt_eval_count == len(tokenizer.encode("Hi", add_special_tokens=False))
     assert (templated.prompt_eval_count or 0) > (raw.prompt_eval_count or 0) + 5  # the template
     assert "".join(p.response for p in parts) == FAKE_REPLY and parts[-1].done
-    streamed = project(read_log(log_path))[2]
+    replayed = project(read_log(log_path))
+    assert bytes(replayed[3].body) == sent  # replay gives the bytes the client got
+    streamed = replayed[2]
     lines = [json.loads(line) for line in bytes(streamed.body).splitlines()]
     assert lines and all(set(line) >= {"model", "created_at", "response", "done"} for line in lines)
 
