@@ -37,21 +37,7 @@ def register(app: QuartTrio, engine: Engine) -> None:
     async def ollama_show() -> Response:
         """One served model: its chat template, what loading chose (`model_info`) and
         what it can do (`capabilities`)."""
-        payload = await request_json()
-        name = payload.get("model") or payload.get("name")
-        registry = engine.models.registry
-        if not isinstance(name, str):
-            raise InvalidRequest("model names the model to show", param="model")
-        if name not in registry.specs and name not in registry.loras:
-            raise ModelNotFound(f"model '{name}' not found", param="model")
-        core = registry.cores.get(name)
-        shown: dict[str, Any] = {
-            "modified_at": timestamp(engine.created),
-            "model_info": {**registry.card_of(name), **registry.description_of(name)},
-            "capabilities": _capabilities(engine, registry.card_of(name)["kind"]),
-        }
-        if isinstance(core, EngineCore):
-            shown["template"] = getattr(core.tokenizer, "chat_template", None) or ""
+        shown = _shown(engine, await request_json())
         return Response(dumps(shown), content_type="application/json")
 
     @app.get("/api/ps")
@@ -63,6 +49,25 @@ def register(app: QuartTrio, engine: Engine) -> None:
             for name, core in cores.items()
         ]
         return Response(dumps({"models": models}), content_type="application/json")
+
+
+def _shown(engine: Engine, payload: dict[str, Any]) -> dict[str, Any]:
+    """/api/show's answer for the model `payload` names."""
+    name = payload.get("model") or payload.get("name")
+    registry = engine.models.registry
+    if not isinstance(name, str):
+        raise InvalidRequest("model names the model to show", param="model")
+    if name not in registry.specs and name not in registry.loras:
+        raise ModelNotFound(f"model '{name}' not found", param="model")
+    shown: dict[str, Any] = {
+        "modified_at": timestamp(engine.created),
+        "model_info": {**registry.card_of(name), **registry.description_of(name)},
+        "capabilities": _capabilities(engine, registry.card_of(name)["kind"]),
+    }
+    core = registry.cores.get(name)
+    if isinstance(core, EngineCore):
+        shown["template"] = getattr(core.tokenizer, "chat_template", None) or ""
+    return shown
 
 
 def _capabilities(engine: Engine, kind: str) -> list[str]:

@@ -15,6 +15,8 @@ import ollama
 import trio
 
 from atom.http.app import create_app
+from atom.http.ollama import sampling
+from atom.http.ollama_schemas import OllamaOptions
 from atom.log.codec import read_log
 from atom.log.replay import project, reparse
 from atom.vocabulary.config import Settings
@@ -197,3 +199,33 @@ async def test_load_requests_and_bad_bodies(tokenizer: Any) -> None:
     assert suffix.status_code == 400 and "suffix" in suffix.json()["error"]
     assert raw_system.status_code == 400 and "system" in raw_system.json()["error"]
     assert ok.status_code == 200 and ok.json()["done"] is True
+
+
+def test_options_become_the_chat_bodys_sampling_fields() -> None:
+    given = {
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 20,
+        "min_p": 0.1,
+        "seed": 7,
+        "stop": "END",
+        "repeat_penalty": 1.2,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.2,
+        "num_predict": 30,
+        "num_ctx": 4096,  # the server's setting: ignored, with a warning
+    }
+    assert sampling(OllamaOptions.model_validate(given)) == {
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 20,
+        "min_p": 0.1,
+        "seed": 7,
+        "stop": ["END"],
+        "repetition_penalty": 1.2,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.2,
+        "max_tokens": 30,
+    }
+    assert sampling(OllamaOptions(num_predict=-1)) == {}
+    assert sampling(OllamaOptions(num_predict=-2)) == {}
