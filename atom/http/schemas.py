@@ -15,6 +15,12 @@ IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
 # Fields accepted only at their neutral value until their feature lands (issue #4 and on).
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "suffix": ("",),
+    # SGLang's fields, which sglang-router writes into every request it forwards, at the
+    # values that mean what ATOM does anyway (docs/user-guide.md, "Behind sglang-router").
+    "no_stop_trim": (False,),
+    "separate_reasoning": (True,),
+    "stream_reasoning": (True,),
+    "return_hidden_states": (False,),
 }
 
 # vLLM's old guided-decoding fields: refused loudly, never silently ignored.
