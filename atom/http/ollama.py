@@ -62,10 +62,16 @@ def load_answer(core: EngineCore, body: OllamaChatRequest | OllamaGenerateReques
 
 def plan(settings: Settings, core: EngineCore, body: OllamaChatRequest) -> Planned:
     """Raises AtomError (a 4xx naming the field) for anything the body cannot mean."""
-    translated = as_chat(body)
+    return _chat_plan(settings, core, as_chat(body), Endpoint.OLLAMA_CHAT)
+
+
+def _chat_plan(
+    settings: Settings, core: EngineCore, translated: dict[str, Any], endpoint: Endpoint
+) -> Planned:
+    """The translated chat body planned by the chat adapter, answered as `endpoint`."""
     with named_as(take_origins(translated["messages"])):
         chat_body = parse(ChatCompletionRequest, translated)
-        return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_CHAT)
+        return chat.plan(settings, core, chat_body).reshaped(endpoint=endpoint)
 
 
 def plan_generate(settings: Settings, core: EngineCore, body: OllamaGenerateRequest) -> Planned:
@@ -88,9 +94,7 @@ def plan_generate(settings: Settings, core: EngineCore, body: OllamaGenerateRequ
     system = [OllamaMessage(role="system", content=body.system)] if body.system else []
     user = OllamaMessage(role="user", content=body.prompt, images=body.images)
     translated = {"messages": _messages([*system, user]), **_common(body)}
-    with named_as(take_origins(translated["messages"])):
-        chat_body = parse(ChatCompletionRequest, translated)
-        return chat.plan(settings, core, chat_body).reshaped(endpoint=Endpoint.OLLAMA_GENERATE)
+    return _chat_plan(settings, core, translated, Endpoint.OLLAMA_GENERATE)
 
 
 def plan_embed(core: PoolingCore, body: OllamaEmbedRequest) -> pooling.Planned:
@@ -98,8 +102,9 @@ def plan_embed(core: PoolingCore, body: OllamaEmbedRequest) -> pooling.Planned:
     model's length are cut to it)."""
     _ignored(body.options)
     embeddings: dict[str, Any] = {"input": body.input, "dimensions": body.dimensions}
-    if body.truncate:
-        embeddings["truncate_prompt_tokens"] = -1
+    if body.truncate_prompt_tokens is not None or body.truncate:
+        cut = body.truncate_prompt_tokens
+        embeddings["truncate_prompt_tokens"] = -1 if cut is None else cut
     request = parse(EmbeddingsRequest, embeddings)
     return pooling.plan_embeddings(core, request, Endpoint.OLLAMA_EMBED)
 
