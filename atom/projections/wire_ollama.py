@@ -46,7 +46,6 @@ class _Ollama:
     chat's text goes in `message`, a generation's at the top level (`response`)."""
 
     def __init__(self, received: RequestReceived, *, is_chat: bool) -> None:
-        self._received = received
         self._answer = Answer()
         self._is_chat = is_chat
         self.has_started = False
