@@ -35,6 +35,7 @@ from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
 from atom.http.body import read_body
+from atom.http.connection_guard import guard_connections
 from atom.http.errors import error_bytes, error_headers
 from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
@@ -151,6 +152,7 @@ def create_app(
 ) -> AtomApp:
     """The server. With `on_drained` (the served app's is `exit_drained`), SIGTERM and
     SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
+    guard_connections()  # one connection's error must not end hypercorn's worker
     access = Access(settings)  # an empty key fails the start-up
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)

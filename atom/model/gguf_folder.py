@@ -5,6 +5,7 @@ the file's content; later loads read the copy."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -53,13 +54,26 @@ def _drop_older_copies(folder: Path) -> None:
 
 
 def _dequantize(gguf: Path, folder: Path) -> None:
+    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder), expected_s="20-60")
+    # One partial folder a process: replicas started together (--data-parallel-size)
+    # each dequantize, and the first rename wins.
+    tmp = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        _save_copy(gguf, tmp)
+        tmp.rename(folder)  # atomic: a crash mid-way never leaves a half copy in place
+    except OSError:
+        if not (folder / "model.safetensors").exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # failed, or another process finished first
+
+
+def _save_copy(gguf: Path, tmp: Path) -> None:
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("dequantizing_gguf", source=str(gguf), cache=str(folder), expected_s="20-60")
-    tmp = folder.with_name(folder.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     hf_model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -71,7 +85,3 @@ def _dequantize(gguf: Path, folder: Path) -> None:
     hf_model.generation_config.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     save_model(hf_model, str(tmp / "model.safetensors"))
-    try:
-        tmp.rename(folder)  # atomic: a crash mid-way never leaves a half copy in place
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
