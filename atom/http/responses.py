@@ -88,6 +88,10 @@ def as_chat(body: ResponsesRequest, items: list[Item]) -> dict[str, Any]:
         ("max_tokens", body.max_output_tokens),
         ("temperature", body.temperature),
         ("top_p", body.top_p),
+        ("top_k", body.top_k),
+        ("min_p", body.min_p),
+        ("repetition_penalty", body.repetition_penalty),
+        ("priority", body.priority),
     )
     out.update((name, value) for name, value in knobs if value is not None)
     if body.tools:

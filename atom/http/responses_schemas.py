@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from atom.http.schemas import JsonSchemaSpec, RoutedBody, _Body
 
@@ -94,10 +94,23 @@ class ResponsesRequest(RoutedBody):
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # vLLM's sampling fields on the Responses API (sglang-router writes them into every
+    # Responses body it forwards, at their neutral values when the client sent none).
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    priority: int = 0  # lower first, with --scheduling-policy priority
     metadata: dict[str, str] | None = None
     user: str | None = None
     store: bool = True
     stream: bool = False
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _null_stream_is_false(cls, value: Any) -> Any:
+        """`"stream": null` means not streamed (sglang-router sends it so)."""
+        return False if value is None else value
+
     previous_response_id: str | None = None
     background: bool = False
     truncation: Literal["disabled"] | None = None
