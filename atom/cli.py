@@ -16,6 +16,7 @@ import trio
 from atom.log.codec import read_log
 from atom.log.replay import project, reparse
 from atom.log.rerun import Rerun, recorded_requests, summarize
+from atom.scaling.commands import serve_command
 from atom.vocabulary.config import HELP, Settings, naming, parse_list, setting_fields
 from atom.vocabulary.events import Envelope
 
@@ -81,9 +82,18 @@ def _replay_arguments(replay: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = settings_of(args)
+    """A setting that cannot be served is one line naming it, and exit status 2."""
+    try:
+        settings = settings_of(args)
+        if settings.data_parallel_size > 1:
+            from atom.scaling.supervisor import serve
+
+            return serve(args.host, args.port, settings)
+    except ValueError as error:
+        print(f"atom serve: {error}", file=sys.stderr)
+        return 2
     env = {**os.environ, **settings.to_env()}
-    os.execvpe(sys.executable, serve_command(args.host, args.port, settings), env)
+    os.execvpe(sys.executable, serve_command(f"{args.host}:{args.port}", settings), env)
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -99,27 +109,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return Settings.from_env({**os.environ, **flags})
 
 
-def serve_command(host: str, port: int, settings: Settings) -> list[str]:
-    """The hypercorn command line that serves `atom.http:app`. `-w 0` serves in this
-    process, so a fatal engine error becomes the exit status (hypercorn reports 0 when
-    its worker process dies). The listen backlog holds every connection the server
-    promises to take (running + queued), so a burst is answered, not reset."""
-    backlog = settings.max_num_seqs + settings.max_queued_requests + BACKLOG_HEADROOM
-    tls: list[str] = []
-    if settings.ssl_certfile:
-        tls += ["--certfile", settings.ssl_certfile]
-    if settings.ssl_keyfile:
-        tls += ["--keyfile", settings.ssl_keyfile]
-    if settings.ssl_ca_certs:
-        tls += ["--ca-certs", settings.ssl_ca_certs, "--verify-mode", "CERT_REQUIRED"]
-    return [
-        *(sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"),
-        *("-b", f"{host}:{port}", "--backlog", str(backlog), *tls, "atom.http:app"),
-    ]
-
-
 MAX_REPORTED = 10  # skipped lines named one by one; the rest are counted
-BACKLOG_HEADROOM = 64  # connections for /health, /metrics and requests refused with a 429
 
 
 def _replay(args: argparse.Namespace) -> int:

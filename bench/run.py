@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import trio
 
-from atom.cli import serve_command
 from atom.model.loader import default_model_path
+from atom.scaling.commands import serve_command
 from atom.vocabulary.config import Settings
 from bench.load import Target, long_prompts, run_level, shared_prefix
 
@@ -84,7 +84,7 @@ def atom_server(port: int, args: argparse.Namespace, extra_env: dict[str, str]) 
     if args.model:
         env |= {"ATOM_MODEL": args.model, "ATOM_SERVED_MODEL_NAME": MODEL}
     env.update(extra_env)
-    command = serve_command("127.0.0.1", port, Settings.from_env(env))
+    command = serve_command(f"127.0.0.1:{port}", Settings.from_env(env))
     return server(command, f"http://127.0.0.1:{port}/health", env)
 
 

@@ -33,6 +33,9 @@ FORBIDDEN = {
     "actors": {"atom.http", "pydantic", "quart"},
     # HTTP reaches the engine through Engine and RequestActor only, and never a tensor;
     # the loader is imported lazily when the app is built.
+    # The launcher starts processes and reads settings; it never builds a server itself.
+    "scaling": {"atom.actors", "atom.http", "atom.model", "atom.projections", "atom.log",
+                "atom.text"},
     "http": {"torch", "atom.actors.batcher", "atom.actors.device", "atom.model.scheduling",
              "atom.model.forward", "atom.model.sampling", "atom.model.torch_runner"},
 }  # fmt: skip
@@ -104,6 +107,7 @@ TORCH_FREE = [
     "atom.text.pipeline",
     "atom.http.schemas",
     "atom.projections.responses_store",
+    "atom.scaling.supervisor",
 ]
 
 

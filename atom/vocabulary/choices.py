@@ -47,6 +47,15 @@ class SchedulingPolicy(StrEnum):
     PRIORITY = "priority"
 
 
+class RouterPolicy(StrEnum):
+    """How sglang-router picks a replica (`--data-parallel-size` above 1)."""
+
+    CACHE_AWARE = "cache_aware"
+    ROUND_ROBIN = "round_robin"
+    POWER_OF_TWO = "power_of_two"
+    RANDOM = "random"
+
+
 class WhileAsleep(StrEnum):
     REJECT = "reject"
     WAIT = "wait"

@@ -25,6 +25,7 @@ from atom.vocabulary.choices import (
     ModelImpl,
     Quantization,
     ReasoningParser,
+    RouterPolicy,
     SchedulingPolicy,
     ToolCallParser,
     WhileAsleep,
@@ -102,6 +103,8 @@ class Settings:
     crash_dump_dir: str | None = None  # a fatal error writes the last minutes of events here
     no_webui: bool = False  # GET / serves no chat page
     cache_dir: str = str(Path.home() / ".cache" / "atom")
+    data_parallel_size: int = 1  # replicas behind sglang-router (docs/scaling.md)
+    router_policy: RouterPolicy = RouterPolicy.CACHE_AWARE  # how the router picks one
     device: str | None = None
     dtype: str | None = None
     num_threads: int | None = None
@@ -191,6 +194,11 @@ def _check_together(settings: Settings) -> None:
         raise ValueError("--lora-modules needs --enable-lora")
     if settings.max_loras < 1 or settings.max_lora_rank < 1:
         raise ValueError("--max-loras and --max-lora-rank must be at least 1")
+    if settings.data_parallel_size < 1:
+        raise ValueError("--data-parallel-size must be at least 1")
+    if settings.data_parallel_size > 1 and settings.ssl_ca_certs:
+        raise ValueError("--ssl-ca-certs: the router in front of replicas checks no client "
+                         "certificates; serve one process, or check them in a proxy")  # fmt: skip
     if settings.stream_interval < 1:
         raise ValueError("--stream-interval must be at least 1")
     if any(not key.strip() for key in [*settings.api_key, *settings.admin_api_key]):
@@ -279,6 +287,10 @@ HELP = {
     "request log (atom replay reads it); kept in memory meanwhile (default: off)",
     "cache_dir": "where dequantized GGUF copies are kept (and built kernels, where the "
     "installation is read-only)",
+    "data_parallel_size": "engine replicas, each a process with its share of the cores or "
+    "its own GPU, behind sglang-router on --port (docs/scaling.md)",
+    "router_policy": "how the router picks a replica: cache_aware (the one whose prompts "
+    "share the longest prefix, unless the load is uneven), round_robin, power_of_two or random",
     "device": "torch device (default: cuda if available, else cpu)",
     "dtype": "weight dtype (default: bfloat16 on CUDA, float32 on CPU)",
     "num_threads": "torch intra-op threads (default: torch's)",

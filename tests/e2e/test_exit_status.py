@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atom.cli import serve_command
+from atom.scaling.commands import serve_command
 from atom.vocabulary.config import Settings
 from tests.e2e.conftest import free_port
 
@@ -20,7 +20,7 @@ def test_a_failed_model_load_is_a_non_zero_exit_under_the_documented_command(
     tmp_path: Path,
 ) -> None:
     settings = Settings(model=(str(tmp_path),))  # a folder with no model in it
-    command = serve_command("127.0.0.1", free_port(), settings)
+    command = serve_command(f"127.0.0.1:{free_port()}", settings)
     assert command[command.index("-w") + 1] == "0"
     env = {**os.environ, **settings.to_env(), "ATOM_LOG_LEVEL": "warning"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -30,7 +30,7 @@ def test_a_failed_model_load_is_a_non_zero_exit_under_the_documented_command(
 
 def test_atom_serve_listens_with_a_backlog_for_every_promised_connection() -> None:
     settings = Settings(max_num_seqs=8, max_queued_requests=1000)
-    command = serve_command("127.0.0.1", 8000, settings)
+    command = serve_command("127.0.0.1:8000", settings)
     backlog = int(command[command.index("--backlog") + 1])
     assert backlog >= 8 + 1000
     assert command[:2] == [sys.executable, "-m"]

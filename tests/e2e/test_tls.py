@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from atom.cli import serve_command
+from atom.scaling.commands import serve_command
 from atom.vocabulary.config import Settings
 from tests.e2e.conftest import free_port
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_tls_flags_reach_hypercorn() -> None:
     settings = Settings(ssl_certfile="c.pem", ssl_keyfile="k.pem", ssl_ca_certs="ca.pem")
-    command = serve_command("127.0.0.1", 8443, settings)
+    command = serve_command("127.0.0.1:8443", settings)
     for pair in (["--certfile", "c.pem"], ["--keyfile", "k.pem"], ["--ca-certs", "ca.pem"]):
         at = command.index(pair[0])
         assert command[at : at + 2] == pair
