@@ -28,6 +28,7 @@ from atom.actors.recent import RecentRequests
 from atom.actors.tap import OutputTap
 from atom.log.codec import read_log
 from atom.log.crash_ring import CrashRing
+from atom.log.shared_responses import SharedResponses
 from atom.log.writer import RequestLogger
 from atom.model.catalog import ModelKind, ModelSpec, served_models
 from atom.projections.metrics import METRIC_EVENTS, Metrics
@@ -213,6 +214,12 @@ class Engine:
         self._nursery.start_soon(detached)
         return entry
 
+    def _cancel_detached(self, key: str) -> None:
+        """Another replica asked to cancel a background response; a no-op unless it runs here."""
+        running = self.detached.get(key)
+        if running is not None:
+            running.cancel("cancelled")
+
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -223,6 +230,12 @@ class Engine:
                 await nursery.start(self.logger.run)
                 self.bus.subscribe(self.logger.log_nowait)
             self.bus.subscribe(self.responses.apply)
+            if self.settings.responses_store_dir:
+                shared = SharedResponses(
+                    self.settings.responses_store_dir, self.responses, self._cancel_detached
+                )
+                await nursery.start(shared.run)
+                self.bus.subscribe(shared.apply)
             if self._on_drained is not None:
                 nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()

@@ -16,7 +16,9 @@ from atom.http.access import tenant_in
 from atom.projections.responses_store import StoredResponse
 from atom.projections.wire import dumps
 from atom.vocabulary.errors import InvalidRequest, ResponseNotFound
-from atom.vocabulary.events import ResponseDeleted
+from atom.vocabulary.events import ResponseCancelAsked, ResponseDeleted
+
+CANCEL_WAIT_S = 10.0  # a cancelled response's end is awaited this long
 
 
 def register(app: QuartTrio, engine: Engine) -> None:
@@ -96,10 +98,22 @@ async def _cancel(engine: Engine, response_id: str) -> dict[str, Any]:
         found = _stored(engine, response_id)
         if not found.response.get("background"):
             raise InvalidRequest("only a background response can be cancelled")
+        if found.response["status"] == "in_progress":  # another replica runs it
+            return await _cancel_elsewhere(engine, response_id)
         return found.response
     running.cancel("cancelled")
-    with trio.move_on_after(10):
+    with trio.move_on_after(CANCEL_WAIT_S):
         await running.done.wait()
+    return _stored(engine, response_id).response
+
+
+async def _cancel_elsewhere(engine: Engine, response_id: str) -> dict[str, Any]:
+    """Ask the replica that runs it, through the shared store (atom/log/shared_responses.py),
+    and give it back once its end has come back the same way."""
+    engine.bus.publish(ResponseCancelAsked(request_id=response_id))
+    with trio.move_on_after(CANCEL_WAIT_S):
+        while _stored(engine, response_id).response["status"] == "in_progress":
+            await trio.sleep(0.05)
     return _stored(engine, response_id).response
 
 

@@ -44,6 +44,8 @@ def decode(line: str) -> Envelope:
     return Envelope(seq=seq, at=at, event=_build(cls, raw))
 
 
+# What decoding a line that is no record raises (cut JSON or UTF-8, an unknown type, ...).
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
 MAX_LINE_BYTES = 64 * 1024 * 1024  # a longer line is reported, not held in memory
 
 
@@ -65,7 +67,7 @@ def read_log(
                 try:
                     yield decode(raw.decode("utf-8"))
                     continue
-                except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                except UNREADABLE as exc:
                     reason = f"{type(exc).__name__}: {exc}"[:200]
             if on_torn is not None:
                 on_torn(number, reason)

@@ -6,6 +6,9 @@ renderer), so a stored response is the one that was sent; fed the request log at
 start-up, it comes back after a restart (a deletion is an event too, so it stays
 deleted). Bounded: the least recently used response leaves first.
 
+With `--responses-store-dir` every replica's store also folds the others' stored
+responses (atom/log/shared_responses.py), so any replica finds any of them.
+
 Each response belongs to the API key that made it (`RequestReceived.owner`): a lookup
 by another key finds nothing (a 404), unless that key sees all (atom/vocabulary/tenant.py).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +28,7 @@ from atom.vocabulary.events import (
     RequestEvent,
     RequestFailed,
     RequestReceived,
+    ResponseCancelAsked,
     ResponseDeleted,
 )
 from atom.vocabulary.plan import Endpoint
@@ -47,6 +52,8 @@ class ResponsesStore:
         self._pending: dict[str, tuple[ResponsesBodyRenderer, RequestReceived]] = {}
         self._deleted: set[str] = set()  # deleted while still running
         self._gone: OrderedDict[str, None] = OrderedDict()  # deleted ids, not to be reused
+        # Brings in other replicas' events before a miss is final (atom/log/shared_responses.py).
+        self.refresh: Callable[[], None] | None = None
 
     def apply(self, envelope: Envelope) -> None:
         """A bus subscriber; also fed the request log at start-up."""
@@ -59,6 +66,8 @@ class ResponsesStore:
         if isinstance(event, ResponseDeleted):
             self._delete(event.request_id)
             return
+        if isinstance(event, ResponseCancelAsked):
+            return  # a request to the replica running it; its end follows as events
         pending = self._pending.get(event.request_id)
         if pending is None:
             return
@@ -110,6 +119,15 @@ class ResponsesStore:
     def get(self, response_id: str, tenant: Tenant) -> StoredResponse | None:
         """A finished response, or one still running as it stands (`in_progress`); None
         for an unknown id or another key's response."""
+        found = self._get(response_id, tenant)
+        if self.refresh is not None and (
+            found is None or found.response["status"] == "in_progress"
+        ):
+            self.refresh()  # another replica's, or its end, may have come since the last poll
+            found = self._get(response_id, tenant)
+        return found
+
+    def _get(self, response_id: str, tenant: Tenant) -> StoredResponse | None:
         if response_id in self._pending:
             renderer, received = self._pending[response_id]
             if not tenant.may_see(received.owner):

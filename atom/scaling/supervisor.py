@@ -14,10 +14,12 @@ decides; every child has a watcher that reports its exit there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -63,7 +65,11 @@ def serve(host: str, port: int, settings: Settings, app: str = APP) -> int:
     configure_logging(settings.log_level, settings.log_format)
     require_router()
     replicas = place(settings.data_parallel_size, settings.device)
-    return trio.run(Supervisor(host, port, settings, app, replicas).run)
+    if settings.responses_store_dir is not None:
+        return trio.run(Supervisor(host, port, settings, app, replicas).run)
+    with tempfile.TemporaryDirectory(prefix="atom-responses-") as folder:  # the replicas share it
+        shared = dataclasses.replace(settings, responses_store_dir=folder)
+        return trio.run(Supervisor(host, port, shared, app, replicas).run)
 
 
 class Supervisor:

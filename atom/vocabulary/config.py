@@ -86,6 +86,7 @@ class Settings:
     while_asleep: WhileAsleep = WhileAsleep.REJECT  # after POST /sleep: 503, or queued
     profile_dir: str | None = None  # POST /start_profile writes traces here (else 404)
     responses_store_max: int = 1000  # stored Responses API responses
+    responses_store_dir: str | None = None  # shared by replicas (atom/log/shared_responses.py)
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
     api_key: tuple[str, ...] = ()  # clients must send one of them (Bearer or x-api-key)
@@ -257,6 +258,9 @@ HELP = {
     "while_asleep": "after POST /sleep new requests get a 503 (reject) or wait (wait)",
     "profile_dir": "enable POST /start_profile and /stop_profile; traces are written here",
     "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
+    "responses_store_dir": "a folder where every replica writes its stored /v1/responses "
+    "responses and reads the others' (default: each process keeps its own; "
+    "--data-parallel-size makes one for its replicas)",
     "models_max": "models loaded at once (POST /models/load unloads the least recently used)",
     "enable_admin_routes": "allow admin routes (model load/unload) when no API key is set",
     "api_key": "a key clients must send (Authorization: Bearer KEY or x-api-key); repeatable",

@@ -256,6 +256,14 @@ class ResponseDeleted(RequestEvent):
     """A client deleted a stored Responses API response (DELETE /v1/responses/{id})."""
 
 
+@_tagged("response_cancel_asked")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseCancelAsked(RequestEvent):
+    """A client asked to cancel a background response that another replica runs
+    (POST /v1/responses/{id}/cancel); that replica reads it from the shared store
+    (atom/log/shared_responses.py) and cancels it."""
+
+
 # --- pooling requests (embeddings, score, rerank, classify, pooling) ----------
 
 

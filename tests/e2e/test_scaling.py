@@ -103,6 +103,22 @@ def test_the_router_serves_the_api_from_every_replica(launcher: Launcher) -> Non
     assert [served(url) > 0 for url in serving["replicas"]] == [True, True]
 
 
+def test_a_stored_response_is_continued_and_found_on_every_replica(launcher: Launcher) -> None:
+    """The launcher gives its replicas one --responses-store-dir; round robin sends the
+    follow-ups to both."""
+    client = launcher.client()
+    first = client.responses.create(model=MODEL, input="hi")
+    follow_ups = [
+        client.responses.create(model=MODEL, input="and?", previous_response_id=first.id)
+        for _ in range(2)
+    ]
+    assert [r.output_text for r in follow_ups] == [REPLY, REPLY]
+    (serving,) = launcher.events("serving")
+    for url in serving["replicas"]:
+        found = httpx.get(f"{url}/v1/responses/{first.id}")
+        assert found.status_code == 200 and found.json()["output"][0]["content"][0]["text"] == REPLY
+
+
 def test_a_killed_replica_is_left_out_and_sigterm_drains(launcher: Launcher) -> None:
     first, second = launcher.events("replica_started")
     os.kill(first["pid"], signal.SIGKILL)
