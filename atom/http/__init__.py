@@ -44,6 +44,12 @@ def _from_env() -> Any:
     log = structlog.get_logger(__name__)
     for name in unknown_env():
         log.warning("unknown_setting_ignored", variable=name)
+    if settings.data_parallel_size > 1:
+        log.warning(
+            "data_parallel_size_ignored",
+            advice="this process serves alone; `atom serve --data-parallel-size N` starts "
+            "the replicas and the router (docs/scaling.md)",
+        )
     if multiprocessing.parent_process() is not None:
         _check_graceful_timeout(settings.shutdown_timeout)
         # hypercorn 0.18's master exits 0 when its worker dies; docs/reliability.md.

@@ -22,10 +22,14 @@ def test_a_failed_model_load_is_a_non_zero_exit_under_the_documented_command(
     settings = Settings(model=(str(tmp_path),))  # a folder with no model in it
     command = serve_command(f"127.0.0.1:{free_port()}", settings)
     assert command[command.index("-w") + 1] == "0"
-    env = {**os.environ, **settings.to_env(), "ATOM_LOG_LEVEL": "warning"}
+    # A replica count given to the app itself is ignored, with a warning saying who
+    # starts replicas.
+    env = {**os.environ, **settings.to_env(), "ATOM_LOG_LEVEL": "warning",
+           "ATOM_DATA_PARALLEL_SIZE": "2"}  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "model_load_failed" in done.stderr
+    assert "data_parallel_size_ignored" in done.stderr
 
 
 def test_atom_serve_listens_with_a_backlog_for_every_promised_connection() -> None:
