@@ -24,8 +24,11 @@ from atom.model.runner import Runtime
 from atom.vocabulary.config import Settings
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from atom.model.forward.gguf_blocks import GgufFile
     from atom.model.lora.adapter import LoraAdapter
+    from atom.model.parallel import Rank
     from atom.model.vision.loading import VisionParts
 from atom.progress import progress, quiet_library_bars
 
@@ -101,15 +104,26 @@ def _expected_load_s(folder: Path, bytes_per_s: float = 4e8) -> float:
     return max(1.0, round(size / bytes_per_s))
 
 
-def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
+def load_runtime(
+    settings: Settings, spec: ModelSpec | None = None, *, rank: Rank | None = None
+) -> Runtime:
     """The TorchRunner for `spec` (CUDA when present, bf16 there; f32 on CPU); None: the
-    first generation model `settings` serve."""
+    first generation model `settings` serve. Under --tensor-parallel-size the server's
+    process is rank 0 (`rank` None: it starts the others, atom/model/parallel.py) and
+    each rank process passes its own `rank`."""
     import torch
 
     from atom.model.forward.kernels import cpu_ops
+    from atom.model.parallel import TensorParallelRunner, start_ranks
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
     device, dtype_name = device_and_dtype(settings)
+    others: tuple[Connection, ...] = ()  # rank 0's pipes to the other ranks
+    if rank is None and settings.tensor_parallel_size > 1:
+        rank, others = start_ranks(settings, spec)
+    if rank is not None:
+        rank.join(device, settings.num_threads)
+        device = rank.device(device)
     source = spec.source if spec else first_generation_model(settings).source
     ops = cpu_ops(
         settings.cpu_kernels,
@@ -122,12 +136,12 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
     auto = settings.quantization == "auto"
     with open_gguf(resolve_source(source) if auto else None) as file:
         types = None if file is None else file.types
-        built = _forward_model(settings, source, device, dtype_name, ops, types, file)
+        built = _forward_model(settings, source, device, dtype_name, ops, types, file, rank)
     loaded, model, forms = built.loaded, built.model, built.forms
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
-    runner = TorchRunner(
+    local = TorchRunner(
         model,
         eos_token_ids=eos_token_ids(loaded),
         max_model_len=loaded.max_model_len,
@@ -141,6 +155,9 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         lora_kernel=None if ops is None else ops.lora_add,
         vision=None if built.vision is None else built.vision.encoder,
     )
+    world = 1 if rank is None else rank.world
+    split = world > 1
+    runner = TensorParallelRunner(local, others) if others else local
     description = {
         "source": loaded.source,
         "device": device,
@@ -151,6 +168,7 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
         **({"vision": "on"} if built.vision else {}),
+        **({"tensor_parallel_size": str(world)} if split else {}),
     }
     log.info("model_loaded", **description)
     return Runtime(
@@ -158,12 +176,13 @@ def load_runtime(settings: Settings, spec: ModelSpec | None = None) -> Runtime:
         runner=runner,
         tokenizer=loaded.tokenizer,
         max_model_len=loaded.max_model_len,
-        precompile=runner.grammars.compile,
-        # a vision model's weights are not replaced live: its encoder would keep the old
+        precompile=local.grammars.compile,
+        # a vision model's weights are not replaced live: its encoder would keep the old;
+        # nor are a split model's (every rank would need them)
         load_weights=None
-        if built.vision
+        if built.vision or split
         else partial(_load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)),
-        read_lora=None if built.vision else _lora_reader(settings, model),
+        read_lora=None if built.vision or split else _lora_reader(settings, model),
         images=None if built.vision is None else built.vision.prompter,
     )
 
@@ -212,14 +231,16 @@ def _forward_model(
     ops: Any,
     gguf_types: dict[str, str] | None,
     gguf_file: GgufFile | None = None,
+    rank: Rank | None = None,
 ) -> Built:
-    """The weights at `source` loaded, behind ATOM's forward and quantized as `settings`
-    say (`gguf_types`: what `auto` follows; `gguf_file`: the GGUF they came from, open);
-    with the form each layer kind took."""
+    """The weights at `source` loaded, behind ATOM's forward, split for `rank` (tensor
+    parallel) and quantized as `settings` say (`gguf_types`: what `auto` follows;
+    `gguf_file`: the GGUF they came from, open); with the form each layer kind took."""
     import torch
 
     from atom.model.forward.llama_forward import own_forward
     from atom.model.forward.quantization import quantize
+    from atom.model.forward.tensor_parallel import split
     from atom.model.vision.loading import vision_forward
 
     loaded = load_model(
@@ -234,8 +255,10 @@ def _forward_model(
         model = own_forward(loaded.model, settings.model_impl, kernels=ops)
     else:
         model, vision = vision_forward(loaded.model, loaded.processor, settings.model_impl, ops)
-    method = settings.quantization
-    forms = quantize(model, method, device, ops, gguf_types=gguf_types, gguf_file=gguf_file)
+    if rank is not None and rank.world > 1:
+        split(model, rank)
+        gguf_file = None  # a shard's blocks are made from its own rows, in the file's form
+    forms = quantize(model, settings.quantization, device, ops, gguf_types, gguf_file)
     if forms:
         _after_quantizing(model, loaded.model, gguf_types)
     trim()  # the load's and the quantization's freed temporaries

@@ -105,6 +105,7 @@ class Settings:
     no_webui: bool = False  # GET / serves no chat page
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     data_parallel_size: int = 1  # replicas behind sglang-router (docs/scaling.md)
+    tensor_parallel_size: int = 1  # ranks one model is split across (docs/scaling.md)
     router_policy: RouterPolicy = RouterPolicy.CACHE_AWARE  # how the router picks one
     device: str | None = None
     dtype: str | None = None
@@ -197,6 +198,7 @@ def _check_together(settings: Settings) -> None:
         raise ValueError("--max-loras and --max-lora-rank must be at least 1")
     if settings.data_parallel_size < 1:
         raise ValueError("--data-parallel-size must be at least 1")
+    _check_tensor_parallel(settings)
     if settings.data_parallel_size > 1 and settings.ssl_ca_certs:
         raise ValueError("--ssl-ca-certs: the router in front of replicas checks no client "
                          "certificates; serve one process, or check them in a proxy")  # fmt: skip
@@ -204,6 +206,21 @@ def _check_together(settings: Settings) -> None:
         raise ValueError("--stream-interval must be at least 1")
     if any(not key.strip() for key in [*settings.api_key, *settings.admin_api_key]):
         raise ValueError("--api-key / --admin-api-key: a key may not be empty or blank")
+
+
+def _check_tensor_parallel(settings: Settings) -> None:
+    """What a model split across ranks does not serve yet."""
+    if settings.tensor_parallel_size < 1:
+        raise ValueError("--tensor-parallel-size must be at least 1")
+    if settings.tensor_parallel_size == 1:
+        return
+    for refused, what in (
+        (settings.enable_lora, "LoRA adapters (--enable-lora)"),
+        (settings.speculative_config, "speculative decoding (--speculative-config)"),
+        (settings.data_parallel_size > 1, "--data-parallel-size above 1"),
+    ):
+        if refused:
+            raise ValueError(f"--tensor-parallel-size above 1 does not serve {what} yet")
 
 
 def unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -293,6 +310,8 @@ HELP = {
     "installation is read-only)",
     "data_parallel_size": "engine replicas, each a process with its share of the cores or "
     "its own GPU, behind sglang-router on --port (docs/scaling.md)",
+    "tensor_parallel_size": "ranks one model is split across: each holds 1/N of every "
+    "layer's heads and MLP (processes, gloo on CPU, NCCL on CUDA; docs/scaling.md)",
     "router_policy": "how the router picks a replica: cache_aware (the one whose prompts "
     "share the longest prefix, unless the load is uneven), round_robin, power_of_two or random",
     "device": "torch device (default: cuda if available, else cpu)",

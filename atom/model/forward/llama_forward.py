@@ -16,6 +16,7 @@ not implement (like vLLM's own model classes beside its transformers backend);
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,8 @@ class LlamaLayer(nn.Module):
         self.gate_up_proj = _fuse([mlp.gate_proj, mlp.up_proj])
         self.down_proj = mlp.down_proj
         self.ops = ops
+        # Tensor parallel: sums the ranks' partial outputs (tensor_parallel.py); None: alone.
+        self.reduce: Callable[[torch.Tensor], None] | None = None
 
     def forward(
         self,
@@ -118,9 +121,14 @@ class LlamaLayer(nn.Module):
         out = attend_written(q, k_cache, v_cache, step_meta, self.scoring)
         norm = self.post_attention_layernorm
         attended = self._project(self.o_proj, "o", out.reshape(tokens, -1), lora)
+        if self.reduce is not None:
+            self.reduce(attended)
         h = ops.add_rms_norm(x, attended, norm.weight, norm.variance_epsilon)
         gate_up = self._project(self.gate_up_proj, "gate_up", h, lora)
-        return self._project(self.down_proj, "down", ops.silu_mul(gate_up), lora)
+        delta = self._project(self.down_proj, "down", ops.silu_mul(gate_up), lora)
+        if self.reduce is not None:
+            self.reduce(delta)
+        return delta
 
     def _project(
         self, module: nn.Module, name: str, x: torch.Tensor, lora: LoraStep | None
