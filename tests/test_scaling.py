@@ -48,7 +48,7 @@ def test_a_replica_takes_its_cores_as_threads_and_its_own_request_log() -> None:
     settings = Settings(data_parallel_size=2, request_log="/logs/requests.jsonl")
     replica = Replica(rank=1, cpus=(2, 3, 4))
     mine = replica_settings(settings, replica)
-    assert (mine.data_parallel_size, mine.num_threads) == (1, 3)
+    assert (mine.data_parallel_size, mine.data_parallel_rank, mine.num_threads) == (1, 1, 3)
     assert mine.request_log == "/logs/requests.dp1.jsonl"
     assert replica_settings(Settings(num_threads=1), replica).num_threads == 1  # as asked
     assert replica_env(settings, replica)["ATOM_REQUEST_LOG"] == "/logs/requests.dp1.jsonl"

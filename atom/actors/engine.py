@@ -22,6 +22,7 @@ import trio
 from atom.actors.bus import Clock, EventBus
 from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
 from atom.actors.device import DeviceThread
+from atom.actors.kv_events import publisher
 from atom.actors.models import Models
 from atom.actors.profiler import Phases, Profiler
 from atom.actors.recent import RecentRequests
@@ -98,10 +99,10 @@ class Engine:
         self.bus = EventBus(clock)
         self.crash_ring = CrashRing.on(self.bus.subscribe, settings.crash_dump_dir)
         self.recent = RecentRequests.on(self.bus) if settings.request_log else None  # web page
-        self.metrics = Metrics()
-        self.bus.subscribe(self.metrics.apply, METRIC_EVENTS)
+        self.metrics = Metrics.on(self.bus.subscribe, METRIC_EVENTS)
         self.responses = ResponsesStore(settings.responses_store_max)
         self.phases = Phases()  # the Batchers' loop phases, recorded while a profile runs
+        self.kv_events = publisher(settings.kv_events, settings.data_parallel_rank, settings.device)
         self.profiler: Profiler | None = None  # with --profile-dir, once the device exists
         self.models = Models(
             settings,
@@ -112,13 +113,13 @@ class Engine:
             responses=self.responses,
             on_fatal=self._on_fatal,
             phases=self.phases,
+            kv_events=None if self.kv_events is None else self.kv_events.put,
         )
         self.logger: RequestLogger | None = None
         self.has_stopped = False  # the engine ended (failure or shutdown): nothing is served
         self.is_draining = False  # a signal asked it to stop: new requests are refused
         self.is_failing = False  # a fatal error happened: the process is being stopped
-        self._open: set[str] = set()  # requests received and not yet answered (events)
-        self._none_open, self._drained = trio.Event(), trio.Event()
+        self._open, self._none_open, self._drained = set[str](), trio.Event(), trio.Event()
         self.bus.subscribe(self._track_open, (*OPENS, *ENDS))
         self.detached: dict[str, Detached] = {}  # running background tasks, by request id
         self._nursery: trio.Nursery | None = None
@@ -161,7 +162,8 @@ class Engine:
         self.models.registry.touch(model)
 
     def _track_open(self, envelope: Envelope) -> None:
-        """Which requests are still being answered: from their first event to their last."""
+        """Which requests are still being answered (`_open`): from their first event to
+        their last; `_none_open` is set while none is."""
         event = envelope.event
         if isinstance(event, OPENS):
             self._open.add(event.request_id)
@@ -257,6 +259,8 @@ class Engine:
                         await self._none_open.wait()
             finally:
                 device.close()
+                if self.kv_events is not None:
+                    self.kv_events.close()
                 nursery.cancel_scope.cancel()  # the logger, after it wrote what is queued
 
     async def _watchdog(self, device: DeviceThread) -> None:

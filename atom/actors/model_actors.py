@@ -4,6 +4,7 @@ model's Pooler and PoolingCore. Models (atom/actors/models.py) serves what this 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -17,7 +18,7 @@ from atom.actors.profiler import Phases
 from atom.model.catalog import ModelSpec
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, KVChange
 from atom.model.scheduling.scheduler import Scheduler
 from atom.projections.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
@@ -35,6 +36,7 @@ class ActorParts:
     clock: Clock
     responses: ResponsesStore
     phases: Phases | None
+    kv_events: Callable[[KVChange], None] | None = None  # atom/actors/kv_events.py
 
 
 def make_actor(
@@ -92,8 +94,7 @@ def _pooler(
 
 def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
     """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
-    s = parts.settings
-    runner = runtime.runner
+    s, runner = parts.settings, runtime.runner
     log.info(
         "engine_ready",
         model=name,
@@ -107,6 +108,7 @@ def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThrea
         num_blocks=runner.num_blocks,
         block_size=runner.block_size,
         enable_prefix_caching=s.enable_prefix_caching,
+        on_change=parts.kv_events,
     )
     scheduler = Scheduler(
         kv=kv,

@@ -30,6 +30,7 @@ from atom.actors.weights import Weights
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.heap import loading, thaw_heap
 from atom.model.runner import Runtime
+from atom.model.scheduling.kv_cache import KVChange
 from atom.projections.responses_store import ResponsesStore
 from atom.vocabulary.choices import Quantization
 from atom.vocabulary.config import Settings
@@ -59,6 +60,7 @@ class Models:
         responses: ResponsesStore,
         on_fatal: Callable[[], None],
         phases: Phases | None = None,
+        kv_events: Callable[[KVChange], None] | None = None,
     ) -> None:
         self.settings = settings
         self.registry = Registry(specs)
@@ -80,6 +82,7 @@ class Models:
             clock=clock,
             responses=responses,
             phases=phases,
+            kv_events=kv_events,
         )
 
     # --- lifecycle -------------------------------------------------------------------

@@ -213,6 +213,13 @@ class Metrics:
         self._routes: dict[str, _Route] = {}  # by request id, while its events may come
         self._bases: dict[str, str] = {}  # a served LoRA adapter → its base model
 
+    @classmethod
+    def on(cls, subscribe: Callable[..., None], kinds: tuple[type, ...]) -> Metrics:
+        """A Metrics fed by `subscribe` (the bus's) with the events of `kinds`."""
+        metrics = cls()
+        subscribe(metrics.apply, kinds)
+        return metrics
+
     def model(self, name: str) -> ModelMetrics:
         found = self.models.get(name)  # (not setdefault: it would build a fold every event)
         return found if found is not None else self.models.setdefault(name, ModelMetrics())

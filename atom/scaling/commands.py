@@ -44,13 +44,15 @@ def serve_command(bind: str, settings: Settings, app: str = APP) -> list[str]:
 
 def replica_settings(settings: Settings, replica: Replica) -> Settings:
     """A replica serves one process's worth: its cores as its threads (unless
-    --num-threads says otherwise) and its own request log beside the named one. It
+    --num-threads says otherwise), its rank (KV events on their own ports) and its own
+    request log beside the named one. It
     speaks plain HTTP on loopback; TLS, when asked for, is the router's."""
     threads = settings.num_threads or len(replica.cpus) or None
     log = settings.request_log and replica_log(settings.request_log, replica.rank)
     return dataclasses.replace(
         settings,
         data_parallel_size=1,
+        data_parallel_rank=replica.rank,
         num_threads=threads,
         request_log=log,
         ssl_certfile=None,

@@ -34,6 +34,7 @@ from atom.vocabulary.choices import (
     lora_modules,
     word,
 )
+from atom.vocabulary.kv_events import KVEventsConfig, parse_kv_events_config
 from atom.vocabulary.speculative import SpeculativeConfig, parse_speculative_config
 
 
@@ -106,6 +107,8 @@ class Settings:
     cache_dir: str = str(Path.home() / ".cache" / "atom")
     data_parallel_size: int = 1  # replicas behind sglang-router (docs/scaling.md)
     tensor_parallel_size: int = 1  # ranks one model is split across (docs/scaling.md)
+    data_parallel_rank: int = 0  # this replica's rank (the launcher sets it)
+    kv_events_config: str | None = None  # vLLM's JSON: see `kv_events`
     router_policy: RouterPolicy = RouterPolicy.CACHE_AWARE  # how the router picks one
     device: str | None = None
     dtype: str | None = None
@@ -114,6 +117,7 @@ class Settings:
     log_format: LogFormat = LogFormat.JSON
     # Parsed from the JSON-valued settings above when the record is made (never re-read).
     speculative: SpeculativeConfig | None = field(init=False, compare=False, default=None)
+    kv_events: KVEventsConfig | None = field(init=False, compare=False, default=None)
     loras: tuple[LoraModule, ...] = field(init=False, compare=False, default=())
     chat_template_kwargs: Mapping[str, Any] = field(init=False, compare=False, default_factory=dict)
     max_images: int = field(init=False, compare=False, default=IMAGES_PER_PROMPT)
@@ -129,6 +133,7 @@ class Settings:
                     object.__setattr__(self, f.name, word(kind, value))
         parsed: dict[str, tuple[str, Callable[[Any], Any]]] = {
             "speculative": ("speculative_config", parse_speculative_config),
+            "kv_events": ("kv_events_config", parse_kv_events_config),
             "loras": ("lora_modules", lora_modules),
             "chat_template_kwargs": ("default_chat_template_kwargs", _read_only_object),
             "max_images": ("limit_mm_per_prompt", images_per_prompt),
@@ -312,6 +317,10 @@ HELP = {
     "its own GPU, behind sglang-router on --port (docs/scaling.md)",
     "tensor_parallel_size": "ranks one model is split across: each holds 1/N of every "
     "layer's heads and MLP (processes, gloo on CPU, NCCL on CUDA; docs/scaling.md)",
+    "data_parallel_rank": "this replica's rank among --data-parallel-size replicas (the "
+    "launcher sets it; it offsets the KV-events ports)",
+    "kv_events_config": "publish KV-cache events for a KV-aware router, vLLM's JSON: "
+    '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}',
     "router_policy": "how the router picks a replica: cache_aware (the one whose prompts "
     "share the longest prefix, unless the load is uneven), round_robin, power_of_two or random",
     "device": "torch device (default: cuda if available, else cpu)",

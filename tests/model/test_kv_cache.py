@@ -4,7 +4,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atom.model.fake_runner import FakeRunner
-from atom.model.scheduling.kv_cache import KVCacheManager, block_hashes
+from atom.model.scheduling.kv_cache import (
+    BlocksRemoved,
+    BlocksStored,
+    CacheCleared,
+    KVCacheManager,
+    KVChange,
+    block_hashes,
+)
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
 
@@ -153,3 +160,33 @@ def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
         prompt = prompts[rid]
         num_out = min(max_tokens[rid], max(1, 48 - len(prompt)))
         assert tokens == [*reversed(prompt), 0][:num_out]
+
+
+def test_every_change_to_what_is_cached_is_told_in_prefix_order() -> None:
+    told: list[KVChange] = []
+    kv = KVCacheManager(num_blocks=3, block_size=2, on_change=told.append)
+    prompt = [1, 2, 3, 4, 5]
+    kv.acquire_prefix("a", prompt, None)
+    kv.allocate("a", 5)
+    kv.commit("a", prompt, 5, None)
+    chain = block_hashes(prompt, 2, None)
+    assert told == [
+        BlocksStored(hashes=tuple(chain), parent=None, token_ids=(1, 2, 3, 4), block_size=2)
+    ]
+    kv.commit("a", [*prompt, 6], 6, None)  # the third block fills: it chains on the second
+    assert told[-1] == BlocksStored(
+        hashes=(block_hashes([*prompt, 6], 2, None)[2],), parent=chain[1], token_ids=(5, 6),
+        block_size=2,
+    )  # fmt: skip
+    kv.free("a")
+    kv.acquire_prefix("b", [9, 9, 9], None)
+    kv.allocate("b", 3)  # two blocks: the least recently freed cached ones are evicted
+    removed = [change for change in told if isinstance(change, BlocksRemoved)]
+    assert [h for change in removed for h in change.hashes] == list(
+        block_hashes([*prompt, 6], 2, None)[2:0:-1]
+    )  # the tail was freed first, so it leaves first
+    kv.free("b")
+    assert kv.reset_prefix_cache() == 1
+    assert told[-1] == BlocksRemoved((chain[0],))
+    kv.flush_prefix_cache()
+    assert told[-1] == CacheCleared()

@@ -14,12 +14,17 @@ starting a manager of a million blocks costs nothing.
 
 Invariants: a block handed out once is in the free list iff its ref count is 0; every
 hash in `_cached` maps to a block whose `hash` is that key.
+
+With `on_change`, every change to what is cached is told as it happens, for a KV-aware
+router (atom/actors/kv_events.py): blocks stored (their hashes, the hash before them and
+their tokens), blocks removed (evicted, or forgotten by a reset) and the whole cache
+cleared (new weights).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 
@@ -30,6 +35,27 @@ class Block:
     hash: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BlocksStored:
+    """Full blocks newly cached, in prefix order: each hash chains on the one before."""
+
+    hashes: tuple[int, ...]
+    parent: int | None  # the hash of the block before the first (None: the prefix's start)
+    token_ids: tuple[int, ...]  # block_size tokens a block
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlocksRemoved:
+    hashes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCleared:
+    pass
+
+
+KVChange = BlocksStored | BlocksRemoved | CacheCleared
 Span = tuple[int, int, Hashable]  # (first position, end, key): an image in the prompt
 
 
@@ -51,8 +77,16 @@ def block_hashes(
 
 
 class KVCacheManager:
-    def __init__(self, *, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(
+        self,
+        *,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        on_change: Callable[[KVChange], None] | None = None,
+    ):
         self.num_blocks = num_blocks
+        self._on_change = on_change
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self._blocks: list[Block] = []  # those handed out once: block ids 0, 1, 2, …
@@ -86,14 +120,16 @@ class KVCacheManager:
         """Forget every cached prefix no live sequence holds (their blocks stay free);
         returns how many blocks it forgot. Blocks in use keep their hashes, so the
         invariants hold and running sequences are untouched."""
-        forgotten = 0
+        forgotten: list[int] = []
         for block_id in self._free:
             block = self._blocks[block_id]
             if block.hash is not None:
                 del self._cached[block.hash]
+                forgotten.append(block.hash)
                 block.hash = None
-                forgotten += 1
-        return forgotten
+        if forgotten and self._on_change is not None:
+            self._on_change(BlocksRemoved(tuple(forgotten)))
+        return len(forgotten)
 
     def flush_prefix_cache(self) -> int:
         """Forget every cached prefix, those live sequences hold too, and never cache
@@ -104,6 +140,8 @@ class KVCacheManager:
         forgotten = len(self._cached)
         self._cached.clear()
         self._stale.update(self._tables)
+        if self._on_change is not None:
+            self._on_change(CacheCleared())
         return forgotten
 
     def acquire_prefix(
@@ -152,6 +190,8 @@ class KVCacheManager:
         block = self._blocks[block_id]
         if block.hash is not None:
             del self._cached[block.hash]
+            if self._on_change is not None:
+                self._on_change(BlocksRemoved((block.hash,)))
             block.hash = None
         return block
 
@@ -171,12 +211,37 @@ class KVCacheManager:
         if num_full <= done:
             return
         hashes = block_hashes(token_ids[: num_full * self.block_size], self.block_size, salt, spans)
+        stored: list[int] = []  # indexes of the blocks cached now
         for idx in range(done, num_full):
             block = self._blocks[table[idx]]
             if block.hash is None and hashes[idx] not in self._cached:
                 block.hash = hashes[idx]
                 self._cached[hashes[idx]] = block.block_id
+                stored.append(idx)
         self._num_hashed[seq_id] = num_full
+        if stored and self._on_change is not None:
+            self._tell_stored(stored, hashes, token_ids)
+
+    def _tell_stored(self, stored: list[int], hashes: list[int], token_ids: Sequence[int]) -> None:
+        """One BlocksStored a run of consecutive blocks cached now."""
+        assert self._on_change is not None
+        runs: list[list[int]] = []
+        for idx in stored:
+            if runs and runs[-1][-1] == idx - 1:
+                runs[-1].append(idx)
+            else:
+                runs.append([idx])
+        size = self.block_size
+        for run in runs:
+            first, end = run[0], run[-1] + 1
+            self._on_change(
+                BlocksStored(
+                    hashes=tuple(hashes[first:end]),
+                    parent=hashes[first - 1] if first else None,
+                    token_ids=tuple(token_ids[first * size : end * size]),
+                    block_size=size,
+                )
+            )
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Give back the blocks past the first `num_tokens` positions (those that held
