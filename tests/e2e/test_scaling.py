@@ -99,6 +99,9 @@ def test_the_router_serves_the_api_from_every_replica(launcher: Launcher) -> Non
     )
     completion = client.completions.create(model=MODEL, prompt="hi", max_tokens=32)
     assert completion.choices[0].text == REPLY
+    embedded = client.embeddings.create(model="all-MiniLM-L6-v2", input=["hi", "there"])
+    assert [e.index for e in embedded.data] == [0, 1]  # (the FakePoolingRunner's vectors)
+    assert embedded.data[0].embedding and embedded.model == "all-MiniLM-L6-v2"
     (serving,) = launcher.events("serving")
     assert [served(url) > 0 for url in serving["replicas"]] == [True, True]
 
