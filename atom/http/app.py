@@ -8,8 +8,14 @@ of every other HTTP request (atom/http/body.py's limits) before Quart sees it.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from quart import Response, request
@@ -31,12 +37,17 @@ from atom.http import (
     tokenize,
     webui,
 )
+from atom.http import batches as batches_routes
+from atom.http import files as files_routes
 from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
+from atom.http.batch_runner import BatchRunner
+from atom.http.batches import BatchStore
 from atom.http.body import read_body
 from atom.http.connection_guard import guard_connections
 from atom.http.errors import error_bytes, error_headers
+from atom.http.files import FileStore
 from atom.http.generation import ROUTES, send_error, serve_generation
 from atom.http.request_id import SCOPE_KEY, client_request_id, echoing
 from atom.model.catalog import ModelKind, ModelSpec
@@ -50,6 +61,9 @@ from atom.vocabulary.errors import (
     RouteNotFound,
     Unauthorized,
 )
+from atom.vocabulary.tenant import Tenant
+
+ASGIApp = Callable[[MutableMapping[str, Any], ASGIReceive, ASGISend], Awaitable[None]]
 
 
 class AtomApp:
@@ -100,6 +114,25 @@ class AtomApp:
             await send_error(send, refused, scope["path"])
             return
         await self.quart(scope, _replaying(raw, receive), send)  # type: ignore[arg-type]
+
+    def serve_as(self, tenant: Tenant) -> ASGIApp:
+        """This server as `tenant` sees it, for requests made in-process (a batch's
+        lines, atom/http/batch_runner.py): no key, the same routes."""
+
+        async def app(
+            scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
+        ) -> None:
+            scope[TENANT_KEY], scope[SCOPE_KEY] = tenant, None
+            settings = self.engine.settings
+            raw = await read_body(
+                receive, max_bytes=settings.max_request_body_bytes, timeout_s=settings.body_timeout
+            )
+            if scope["path"] in ROUTES:
+                await serve_generation(self.engine, scope, raw or b"", receive, send)
+            else:
+                await self.quart(scope, _replaying(raw or b"", receive), send)  # type: ignore[arg-type]
+
+        return app
 
     def _admit(self, scope: MutableMapping[str, Any]) -> None:
         """Who makes this request, and its own id: raises the refusal, else leaves its
@@ -160,10 +193,13 @@ def create_app(
     # AtomApp has read every body within atom/http/body.py's limits already.
     quart.config["BODY_TIMEOUT"] = None
     quart.config["MAX_CONTENT_LENGTH"] = None
+    served = AtomApp(quart, engine, access)
+    runner = _batch_api(quart, settings, served)
 
     @quart.before_serving
     async def start_engine() -> None:
         await quart.nursery.start(engine.run)
+        runner.resume()  # batches a stop left running
 
     quart.before_request(_admitting_admin(access, settings))
     quart.register_error_handler(AtomError, _atom_error)
@@ -178,7 +214,25 @@ def create_app(
     openapi.register(quart, settings)
     if not settings.no_webui:
         webui.register(quart, engine)
-    return AtomApp(quart, engine, access)
+    return served
+
+
+def _batch_api(quart: QuartTrio, settings: Settings, served: AtomApp) -> BatchRunner:
+    """The Files and Batch APIs (docs/batch.md), kept under --data-dir."""
+    folder = Path(settings.data_dir) if settings.data_dir else _temporary_data_dir()
+    files, batches = FileStore(folder), BatchStore(folder)
+    runner = BatchRunner(files, batches, served.engine, served.serve_as)
+    files_routes.register(quart, files)
+    batches_routes.register(quart, files, batches, runner)
+    return runner
+
+
+def _temporary_data_dir() -> Path:
+    """Without --data-dir: a folder of this server's own, made at its first file and
+    removed when the process exits normally."""
+    folder = Path(tempfile.gettempdir()) / f"atom-data-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _admitting_admin(access: Access, settings: Settings) -> Callable[[], Awaitable[None]]:

@@ -25,6 +25,7 @@ from atom.http.admin import (
     UpdateWeightsRequest,
 )
 from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
+from atom.http.batches import BatchCreateRequest
 from atom.http.info import atom_version
 from atom.http.ollama_schemas import OllamaChatRequest, OllamaGenerateRequest
 from atom.http.openapi_answers import Schema
@@ -61,6 +62,7 @@ class Operation:
     error: str = "Error"  # the error answer, one of ERRORS
     content_types: tuple[str, ...] = ("application/json",)  # of the 200 answer
     is_webui: bool = False  # the web page's (absent with --no-webui)
+    form: Schema | None = None  # a multipart/form-data body (an upload)
 
 
 _POOLING_ANSWERS = {
@@ -73,6 +75,7 @@ _POOLING_ANSWERS = {
     "/api/embeddings": answers.OLLAMA_EMBEDDINGS,
 }
 _RESPONSE_ID = "/v1/responses/{response_id}"
+_FILE_ID, _BATCH_ID = "/v1/files/{file_id}", "/v1/batches/{batch_id}"
 
 
 def _post(path: str, summary: str, answer: Schema, **more: Any) -> Operation:
@@ -135,6 +138,18 @@ OPERATIONS: tuple[Operation, ...] = (
     _post(f"{_RESPONSE_ID}/cancel", "Cancel a background response", answers.RESPONSE),
     Operation(method="delete", path=_RESPONSE_ID, summary="Delete a stored response",
               answer=answers.DELETED),
+    _post("/v1/files", "Upload a batch's input (multipart: file, purpose=batch)", answers.FILE,
+          form=answers.UPLOAD),
+    _get("/v1/files", "This key's files", answers.FILES),
+    _get(_FILE_ID, "A file", answers.FILE),
+    _get(f"{_FILE_ID}/content", "A file's bytes (JSONL)", answers.STRING,
+         content_types=("application/jsonl",)),
+    Operation(method="delete", path=_FILE_ID, summary="Delete a file", answer=answers.FILE_DELETED),
+    _post("/v1/batches", "Start a batch over an uploaded file", answers.BATCH,
+          body=BatchCreateRequest),
+    _get("/v1/batches", "This key's batches", answers.BATCHES),
+    _get(_BATCH_ID, "A batch", answers.BATCH),
+    _post(f"{_BATCH_ID}/cancel", "Cancel a batch", answers.BATCH),
     _post("/models/load", "Load a model (admin)", answers.MODEL_CHANGED, body=LoadModelRequest),
     _post("/models/unload", "Unload a model (admin)", answers.MODEL_CHANGED,
           body=UnloadModelRequest),
@@ -217,12 +232,13 @@ def _operation(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
         parameters.append({"name": name, "in": "path", "required": True, "schema": answers.STRING})
     if parameters:
         operation["parameters"] = parameters
-    if op.body is not None:
-        schema = refs[(op.body, "validation")]
-        operation["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": schema}},
-        }
+    if op.body is not None or op.form is not None:
+        content = (
+            {"multipart/form-data": {"schema": op.form}}
+            if op.form is not None
+            else {"application/json": {"schema": refs[(op.body, "validation")]}}
+        )
+        operation["requestBody"] = {"required": True, "content": content}
     return operation
 
 

@@ -184,6 +184,18 @@ INPUT_ITEMS = obj(
     {"object": const("list"), "data": array(obj({"id": STRING})), "has_more": BOOLEAN}
 )
 DELETED = obj({"id": STRING, "object": const("response"), "deleted": const(True)})
+FILE = obj({"id": STRING, "object": const("file"), "bytes": INTEGER, "created_at": INTEGER,
+            "filename": STRING, "purpose": STRING})  # fmt: skip
+FILES = obj({"object": const("list"), "data": array(FILE)})
+FILE_DELETED = obj({"id": STRING, "object": const("file"), "deleted": const(True)})
+BATCH = obj(
+    {"id": STRING, "object": const("batch"), "endpoint": STRING, "input_file_id": STRING,
+     "status": STRING, "created_at": INTEGER,
+     "request_counts": obj({"total": INTEGER, "completed": INTEGER, "failed": INTEGER})},
+    {"output_file_id": OPTIONAL_STRING, "error_file_id": OPTIONAL_STRING},
+)  # fmt: skip
+BATCHES = obj({"object": const("list"), "data": array(BATCH)})
+UPLOAD = obj({"file": {"type": "string", "format": "binary"}, "purpose": const("batch")})
 
 
 def sse_event(data: Schema) -> Schema:

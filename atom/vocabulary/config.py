@@ -87,6 +87,7 @@ class Settings:
     while_asleep: WhileAsleep = WhileAsleep.REJECT  # after POST /sleep: 503, or queued
     profile_dir: str | None = None  # POST /start_profile writes traces here (else 404)
     responses_store_max: int = 1000  # stored Responses API responses
+    data_dir: str | None = None  # the Batch API's files and batches (a temporary one if unset)
     responses_store_dir: str | None = None  # shared by replicas (atom/log/shared_responses.py)
     models_max: int | None = None  # loaded models at once; loading more unloads the LRU
     enable_admin_routes: bool = False  # admin routes without API keys (else a 403)
@@ -280,6 +281,8 @@ HELP = {
     "while_asleep": "after POST /sleep new requests get a 503 (reject) or wait (wait)",
     "profile_dir": "enable POST /start_profile and /stop_profile; traces are written here",
     "responses_store_max": "finished /v1/responses responses kept (least recently used out)",
+    "data_dir": "where the Batch API keeps its files and batches, so a batch resumes after "
+    "a restart (default: a temporary folder of this process)",
     "responses_store_dir": "a folder where every replica writes its stored /v1/responses "
     "responses and reads the others' (default: each process keeps its own; "
     "--data-parallel-size makes one for its replicas)",

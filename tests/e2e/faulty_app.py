@@ -2,7 +2,8 @@
 whose generation model's step goes wrong once the file named by `FAULT_FLAG` exists:
 with `FAULT=hang` it blocks for good (a kernel that never returns, for the watchdog),
 with `FAULT=raise` it raises (a runner bug) — for the subprocess fault tests. With
-`FAKE_REPLY` set, the model is a FakeRunner answering that text instead (no fault)."""
+`FAKE_REPLY` set, the model is a FakeRunner answering that text instead (no fault),
+each step taking `FAKE_STEP_DELAY` seconds."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ class Faulty:
 def load(settings: Settings, spec: ModelSpec) -> Loaded:
     if "FAKE_REPLY" in os.environ:  # no real model: FakeRunner, many events a second
         tokenizer = load_tokenizer(None, cache_dir=settings.cache_dir)
-        return fake_loader(tokenizer, reply=os.environ["FAKE_REPLY"])(settings, spec)
+        delay = float(os.environ.get("FAKE_STEP_DELAY", "0"))  # seconds a step
+        return fake_loader(tokenizer, reply=os.environ["FAKE_REPLY"], step_delay_s=delay)(
+            settings, spec
+        )
     loaded = load_served(settings, spec)
     if isinstance(loaded, Runtime):
         faulty = Faulty(loaded.runner, os.environ["FAULT_FLAG"], os.environ.get("FAULT", "hang"))
