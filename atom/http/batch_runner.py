@@ -45,7 +45,7 @@ class BatchRunner:
 
     def start(self, batch: Batch) -> None:
         self._live[batch.id] = batch
-        self._engine.start_detached(f"batch:{batch.id}", lambda: self._run(batch.id),
+        self._engine.start_detached(f"batch:{batch.id}", lambda: self._guarded(batch.id),
                                     cancel=lambda reason: None)  # fmt: skip
 
     def resume(self) -> None:
@@ -66,6 +66,14 @@ class BatchRunner:
         self._live[batch.id] = batch
         self._batches.save(batch)
         return batch
+
+    async def _guarded(self, batch_id: str) -> None:
+        """A batch that cannot run (its input file deleted, say) fails alone."""
+        try:
+            await self._run(batch_id)
+        except Exception:
+            log.error("batch_failed", batch=batch_id, exc_info=True)
+            self._batches.save(self._live.pop(batch_id).moved("failed"))
 
     async def _run(self, batch_id: str) -> None:
         while not self._engine.is_ready:
