@@ -36,9 +36,16 @@ class Launcher:
     log: Path
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        lines = self.log.read_text(errors="replace").splitlines()
-        records = [json.loads(line) for line in lines if line.startswith("{")]
-        return [record for record in records if record.get("event") == name]
+        """The launcher's records named `name`. Its replicas share its stderr, so one
+        process's line can land inside another's: each record is read on its own."""
+        text = self.log.read_text(errors="replace").replace("}{", "}\n{")
+        records = []
+        for line in text.splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # hypercorn's and the router's own lines, or a torn one
+        return [r for r in records if isinstance(r, dict) and r.get("event") == name]
 
     def pids(self) -> list[int]:
         """The replicas' and the router's: the launcher's children."""
@@ -61,10 +68,15 @@ def launch(tmp: Path, policy: str) -> Launcher:
         )
     launcher = Launcher(process=process, url=f"http://127.0.0.1:{port}", log=log)
     deadline = time.monotonic() + 120
-    while not launcher.events("serving"):
-        assert process.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, "the launcher did not start serving"
-        time.sleep(0.2)
+    try:
+        while not launcher.events("serving"):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the launcher did not start serving"
+            time.sleep(0.2)
+    except BaseException:
+        process.terminate()  # it drains its replicas and router
+        process.wait(timeout=60)
+        raise
     return launcher
 
 
@@ -152,9 +164,9 @@ def test_a_killed_replica_is_left_out_and_sigterm_drains(launcher: Launcher) -> 
 def test_a_killed_launcher_leaves_no_process(tmp_path: Path) -> None:
     launcher = launch(tmp_path, "cache_aware")
     children = launcher.pids()
-    assert len(children) == 3  # two replicas and the router
     launcher.process.kill()
     launcher.process.wait()
+    assert len(children) == 3  # two replicas and the router
     deadline = time.monotonic() + 60
     while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.2)

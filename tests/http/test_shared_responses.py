@@ -22,8 +22,8 @@ async def test_a_response_made_on_one_replica_is_served_by_the_other(
     tokenizer: Any, tmp_path: Path
 ) -> None:
     settings = Settings(responses_store_dir=str(tmp_path / "store"))
-    # 0.2 s a step (~4 s a reply): a background response is still running when asked.
-    loader = fake_loader(tokenizer, step_delay_s=0.2)
+    # 0.1 s a step (~2 s a reply): a background response is still running when asked.
+    loader = fake_loader(tokenizer, step_delay_s=0.1)
     one, two = create_app(settings, load=loader), create_app(settings, load=loader)
     async with (
         serving(one) as url_one,
