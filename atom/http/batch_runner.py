@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from atom.actors.engine import Engine
-from atom.http.batches import Batch, BatchStore
+from atom.http.batches import RUNNING, Batch, BatchStore
 from atom.http.files import FileStore
 from atom.vocabulary.tenant import Tenant
 
@@ -51,7 +51,7 @@ class BatchRunner:
     def resume(self) -> None:
         """Every batch a stop left running."""
         for batch in self._batches.every():
-            if batch.status in ("validating", "in_progress", "finalizing", "cancelling"):
+            if batch.status in RUNNING:
                 log.info("batch_resumed", batch=batch.id, status=batch.status)
                 self.start(batch)
 
