@@ -15,7 +15,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ import openai
 
 from atom.scaling.commands import serve_command
 from atom.vocabulary.config import Settings
-from bench.run import free_port, machine, server
+from bench.run import free_port, machine, publish, server
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -87,10 +86,7 @@ def main() -> None:
     for policy in ("fcfs", "priority"):
         report[policy] = measure(policy, args.lines)
         print(policy, json.dumps(report[policy]), flush=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out, indent=2)
 
 
 if __name__ == "__main__":

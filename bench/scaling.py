@@ -32,7 +32,7 @@ import httpx
 import trio
 
 from bench.load import Sample, Target, fresh_connections, prompt_text, stream_chat, summarize
-from bench.run import free_port, machine
+from bench.run import free_port, machine, publish
 
 MODEL = "SmolLM2-135M-Instruct"
 NUM_SYSTEMS = 8
@@ -155,10 +155,7 @@ def main() -> None:
                 result["prefix_hit_rate"] = round(hits / queries, 3) if queries else None
                 report["results"][f"{workload} {name}"] = result
                 print(workload, name, json.dumps(result), flush=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out, indent=2)
 
 
 if __name__ == "__main__":

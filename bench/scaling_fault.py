@@ -24,7 +24,7 @@ import httpx
 import trio
 
 from bench.load import fresh_connections, prompt_text
-from bench.run import machine
+from bench.run import machine, publish
 from bench.scaling import MODEL, serving
 
 KILL_AT_S = 4.0  # into the load
@@ -101,10 +101,7 @@ def main() -> None:
         "all_ok_after_settling": all(o.how == "ok" for o in later),
         "front_health_after": alive,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out, indent=2)
 
 
 if __name__ == "__main__":

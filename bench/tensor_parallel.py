@@ -29,7 +29,7 @@ from atom.model.runner import SeqChunk, StepPlan
 from atom.vocabulary.choices import Quantization
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import SamplingParams
-from bench.run import machine
+from bench.run import machine, publish
 
 SHAPE: dict[str, Any] = {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 5632,
          "num_attention_heads": 32, "num_key_value_heads": 4}  # fmt: skip
@@ -101,10 +101,7 @@ def main() -> None:
             result = measure(settings, args.repeats)
             report[f"{quantization} tp={size}"] = result
             print(quantization, f"tp={size}", json.dumps(result), flush=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out, indent=2)
 
 
 if __name__ == "__main__":

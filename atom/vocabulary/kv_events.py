@@ -3,9 +3,10 @@ removed, with their prefix hashes) to a KV-aware router (atom/actors/kv_events.p
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from typing import Any
+
+from atom.vocabulary.choices import json_object
 
 PUBLISHERS = ("null", "zmq")
 
@@ -27,14 +28,7 @@ class KVEventsConfig:
 
 def parse_kv_events_config(raw: str | None) -> KVEventsConfig | None:
     """The config, or None when events are off (absent, not enabled, publisher null)."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"expected a JSON object: {error.msg}") from None
-    if not isinstance(value, dict):
-        raise ValueError("expected a JSON object")
+    value = json_object(raw)
     known = {f.name: f for f in fields(KVEventsConfig)}
     unknown = sorted(set(value) - set(known))
     if unknown:
