@@ -8,51 +8,28 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import server_process
 
 pytestmark = pytest.mark.slow
 NUM_LINES = 24
 
 
-@contextmanager
-def server(data_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "ATOM_DATA_DIR": str(data_dir),
-        "ATOM_LOG_LEVEL": "warning",
-        "FAKE_REPLY": "one two three four five six seven eight",
-        "FAKE_STEP_DELAY": "0.05",
-    }
-    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0",
-               "-b", f"127.0.0.1:{port}", "tests.e2e.faulty_app:app"]  # fmt: skip
-    process = subprocess.Popen(command, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        yield process, url
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+def server(data_dir: Path) -> AbstractContextManager[tuple[subprocess.Popen[bytes], str]]:
+    """A FakeRunner server (a step every 0.05 s) keeping its batches in `data_dir`."""
+    return server_process(
+        data_dir / "requests.jsonl",
+        "tests.e2e.faulty_app:app",
+        ATOM_DATA_DIR=str(data_dir),
+        FAKE_REPLY="one two three four five six seven eight",
+        FAKE_STEP_DELAY="0.05",
+    )
 
 
 def test_a_batch_killed_midway_resumes_with_every_line_once(tmp_path: Path) -> None:
