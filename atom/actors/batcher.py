@@ -52,7 +52,6 @@ from atom.vocabulary.events import (
     RequestReleased,
     RequestScheduled,
     Submit,
-    TokensSampled,
     WeightsUpdated,
 )
 
@@ -210,13 +209,12 @@ class Batcher:
                 abort = self._aborts.receive_nowait()
             except trio.WouldBlock:
                 break
-            admitted = self._running.get(abort.request_id)
-            if admitted is None:
+            if abort.request_id not in self._running:
                 continue  # not admitted yet (its abandoned outbox is dropped on admission)
-            for seq in self._scheduler.seqs_of(abort.request_id):
-                if abort.choice_idx is None or abort.choice_idx == seq.choice_idx:
-                    self._scheduler.remove(seq.seq_id)
-                    self._release_seq(seq.seq_id, abort.request_id)
+            self._end_choices(
+                abort.request_id, self._scheduler.drop(abort.request_id, abort.choice_idx)
+            )
+            self._forget_released()
 
     def _admit(self) -> None:
         """Admit queued requests oldest first while the scheduler has room, dropping the
@@ -251,21 +249,10 @@ class Batcher:
         self._publish(RequestReleased(request_id=queued.submit.request_id, was_scheduled=False))
 
     def _deliver(self, output: SeqOutput) -> None:
-        seq = output.seq
-        admitted = self._running[seq.request_id]
-        event = TokensSampled(
-            request_id=seq.request_id,
-            choice_idx=seq.choice_idx,
-            token_ids=output.token_ids,
-            finish_reason=output.finish_reason,
-            num_cached_tokens=seq.num_cached_tokens if output.is_first else None,
-            logprobs=tuple(t.logprobs for t in output.tokens if t.logprobs) or None,
-            prompt_logprobs=output.prompt_logprobs,
-            drafts=output.drafts,
-        )
-        admitted.outbox.put_nowait(self._publish(event))
+        request_id = output.seq.request_id
+        self._running[request_id].outbox.put_nowait(self._publish(output.event()))
         if output.finish_reason is not None:
-            self._release_seq(seq.seq_id, seq.request_id)  # the Scheduler removed it
+            self._end_choices(request_id, 1)  # the Scheduler removed it
 
     def _record(self, plan: StepPlan, sampled: Mapping[str, tuple[Sampled, ...]]) -> None:
         """Publish a step's results: a `PromptChunkComputed` for each chunk that stopped
@@ -284,14 +271,19 @@ class Batcher:
             self._publish(event)
         for output in self._scheduler.update(plan, sampled):
             self._deliver(output)
+        self._forget_released()
 
-    def _release_seq(self, seq_id: str, request_id: str) -> None:
-        """Free the runner's state of a sequence the Scheduler no longer holds; the
-        request's last sequence releases the request."""
-        self._runner.release(seq_id)
+    def _forget_released(self) -> None:
+        """The runner forgets the sequences the Scheduler removed (finished, aborted,
+        or beams the search dropped)."""
+        for seq_id in self._scheduler.take_released():
+            self._runner.release(seq_id)
+
+    def _end_choices(self, request_id: str, count: int) -> None:
+        """`count` choices of a request ended; its last releases the request."""
         admitted = self._running[request_id]
-        admitted.num_live_seqs -= 1
-        if admitted.num_live_seqs == 0:
+        admitted.num_live_choices -= count
+        if admitted.num_live_choices == 0:
             del self._running[request_id]
             admitted.outbox.close()
             self._publish(RequestReleased(request_id=request_id, was_scheduled=True))

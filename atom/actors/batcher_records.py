@@ -79,4 +79,4 @@ class BoundaryJobs:
 class Admitted:
     submit: Submit
     outbox: Outbox
-    num_live_seqs: int
+    num_live_choices: int  # its choices not ended yet

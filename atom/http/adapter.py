@@ -54,10 +54,16 @@ def planned(
     )
 
 
-def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bool) -> None:
+def check_shape(settings: Settings, shape: ResponseShape, body: SamplingBody) -> None:
     """n and best_of within the server's limits, and what cannot be streamed."""
     if shape.n > settings.max_n:
-        raise InvalidRequest(f"n must be at most {settings.max_n}", param="n")
+        what = "the beam width n" if body.use_beam_search else "n"
+        raise InvalidRequest(f"{what} must be at most {settings.max_n} (--max-n)", param="n")
+    if body.use_beam_search and shape.best_of != shape.n:
+        raise InvalidRequest(
+            "use_beam_search returns the n best beams: best_of must be n or left out",
+            param="best_of",
+        )
     if shape.best_of < shape.n:
         raise InvalidRequest(
             f"best_of ({shape.best_of}) must be at least n ({shape.n})", param="best_of"
@@ -66,7 +72,7 @@ def check_shape(settings: Settings, shape: ResponseShape, *, prompt_logprobs: bo
         raise InvalidRequest(f"best_of must be at most {settings.max_n}", param="best_of")
     if shape.best_of > shape.n and shape.stream:
         raise InvalidRequest("best_of > n cannot be streamed", param="best_of")
-    if prompt_logprobs and shape.stream:
+    if body.prompt_logprobs is not None and shape.stream:
         raise InvalidRequest("prompt_logprobs cannot be streamed yet", param="prompt_logprobs")
     if shape.total_choices > settings.max_num_seqs:
         raise InvalidRequest(

@@ -68,7 +68,7 @@ def plan(settings: Settings, core: EngineCore, body: ChatCompletionRequest) -> P
         logprobs=body.logprobs,
         return_token_ids=body.return_token_ids,
     )
-    check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
+    check_shape(settings, shape, body)
     check_controls(settings, body)
     tools = _tools(settings, body)
     prompt, images = _render(settings, core, body, tools)

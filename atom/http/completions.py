@@ -39,7 +39,7 @@ def plan(settings: Settings, core: EngineCore, body: CompletionRequest) -> Plann
         logprobs=body.logprobs is not None,
         return_token_ids=body.return_token_ids,
     )
-    check_shape(settings, shape, prompt_logprobs=body.prompt_logprobs is not None)
+    check_shape(settings, shape, body)
     prompts = [_prompt(core.tokenizer, body, item) for item in items]
     constraint = constraint_of(body)
     logprobs = body.logprobs

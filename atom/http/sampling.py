@@ -12,7 +12,7 @@ from typing import Any
 from atom.http.schemas import SamplingBody
 from atom.vocabulary.errors import ContextTooLong, InvalidRequest
 from atom.vocabulary.events import SamplingParams
-from atom.vocabulary.plan import ReasoningBudget
+from atom.vocabulary.plan import BeamSearch, ReasoningBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +45,7 @@ def sampling_params(
             param="min_tokens",
         )
     vocab = len(tokenizer)
+    beam_search = _beam_search(body, grammar=grammar, reasoning_budget=reasoning_budget)
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
@@ -70,7 +71,33 @@ def sampling_params(
         grammar=grammar,
         grammar_after=grammar_after,
         reasoning_budget=reasoning_budget,
+        beam_search=beam_search,
     )
+
+
+def _beam_search(
+    body: SamplingBody, *, grammar: str | None, reasoning_budget: ReasoningBudget | None
+) -> BeamSearch | None:
+    """The beam search asked for, or None; a 400 for what beams cannot carry (a beam
+    ends on a token, so stop strings, and a per-sequence grammar or forced end)."""
+    if not body.use_beam_search:
+        return None
+    if body.stop_strings():
+        raise InvalidRequest(
+            "use_beam_search does not take stop strings (stop_token_ids end a beam)",
+            param="stop",
+        )
+    if grammar is not None:
+        raise InvalidRequest(
+            "use_beam_search does not combine with structured output or required tools",
+            param="use_beam_search",
+        )
+    if reasoning_budget is not None:
+        raise InvalidRequest(
+            "use_beam_search does not combine with a reasoning budget",
+            param="thinking_token_budget",
+        )
+    return BeamSearch(length_penalty=body.length_penalty, early_stopping=body.early_stopping)
 
 
 def _max_tokens(asked: Asked, limit: int) -> int:

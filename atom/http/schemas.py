@@ -222,6 +222,10 @@ class SamplingBody(RoutedBody):
     return_tokens_as_token_ids: bool = False  # vLLM's: logprobs tokens as "token_id:N"
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
+    # vLLM's beam search: the n choices are the n best beams (transformers' ranking).
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    early_stopping: bool | Literal["never"] = False
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

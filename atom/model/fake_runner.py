@@ -68,6 +68,11 @@ class FakeRunner:
         self.num_steps += 1
         unknown = {c.lora for c in plan.chunks if c.lora is not None} - self.loras
         assert not unknown, f"a step with adapters never added: {unknown}"
+        size = self.block_size
+        for src, dst in plan.copies:  # a forked beam's copy of its parent's last block
+            for offset in range(size):
+                if (token := self._slots.get(src * size + offset)) is not None:
+                    self._slots[dst * size + offset] = token
         for chunk in plan.chunks:  # write every chunk first: one forward sees them all
             for offset, token in enumerate(chunk.token_ids):
                 self._slots[self._slot(chunk, chunk.start_pos + offset)] = token

@@ -67,7 +67,11 @@ class SeqChunk:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepPlan:
+    """One step: the chunks, after the block `copies` (source, destination) are made
+    (a beam forked from another gets its own copy of their partial last block)."""
+
     chunks: tuple[SeqChunk, ...]
+    copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -121,6 +121,7 @@ class TorchRunner:
 
     def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         with torch.inference_mode():
+            self._copy_blocks(plan.copies)
             picked = [c for c in plan.chunks if c.needs_sample]
             keep = self._keep(plan.chunks)
             with _trace_range("atom.forward"):  # also when nothing samples: it fills the cache
@@ -129,6 +130,18 @@ class TorchRunner:
                 return {}
             with _trace_range("atom.sampling"):
                 return self._sample(picked, logits, keep)
+
+    def _copy_blocks(self, copies: tuple[tuple[int, int], ...]) -> None:
+        """Each (source, destination) block's keys and values, in every layer."""
+        if not copies or self.kv_cache is None:
+            return
+        size = self.block_size
+        slots = torch.arange(size, device=self._device)
+        sources = torch.tensor([s for s, _ in copies], device=self._device)[:, None] * size
+        targets = torch.tensor([d for _, d in copies], device=self._device)[:, None] * size
+        self.kv_cache[:, :, (targets + slots).flatten()] = self.kv_cache[
+            :, :, (sources + slots).flatten()
+        ]
 
     def _sample(
         self, picked: list[SeqChunk], logits: torch.Tensor, keep: dict[str, list[int]]

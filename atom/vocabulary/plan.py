@@ -54,6 +54,16 @@ class ReasoningBudget:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BeamSearch:
+    """vLLM's `use_beam_search`: the request's `n` beams, ranked as transformers ranks
+    them (atom/model/scheduling/beam_search.py). `early_stopping`: True, False or
+    "never", with transformers' meanings."""
+
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """Effective sampling settings of one request (defaults already applied)."""
 
@@ -81,6 +91,7 @@ class SamplingParams:
     grammar: str | None = None  # an llguidance grammar: structured output constrains sampling
     grammar_after: tuple[int, ...] = ()  # the grammar starts after these tokens (reasoning end)
     reasoning_budget: ReasoningBudget | None = None  # thinking_token_budget
+    beam_search: BeamSearch | None = None  # the choices are beams, not samples
 
     @property
     def is_greedy(self) -> bool:

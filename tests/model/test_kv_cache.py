@@ -190,3 +190,27 @@ def test_every_change_to_what_is_cached_is_told_in_prefix_order() -> None:
     assert told[-1] == BlocksRemoved((chain[0],))
     kv.flush_prefix_cache()
     assert told[-1] == CacheCleared()
+
+
+def test_a_fork_shares_full_blocks_and_copies_the_partial_last_one() -> None:
+    kv = KVCacheManager(num_blocks=6, block_size=4)
+    prompt = list(range(1, 11))  # two full blocks and two tokens in a third
+    kv.acquire_prefix("a", prompt, None)
+    assert kv.allocate("a", 10)
+    kv.commit("a", prompt, 10, None)
+    assert kv.fork("a", "b", 10)
+    parent, child = kv.table("a"), kv.table("b")
+    assert child[:2] == parent[:2] and child[2] != parent[2]
+    assert kv.take_copies() == ((parent[2], child[2]),) and kv.take_copies() == ()
+    assert kv.fork("a", "c", 8)  # on a block boundary: nothing to copy
+    assert kv.table("c") == parent[:2] and kv.take_copies() == ()
+    kv.check_invariants()
+    kv.free("a")  # the shared blocks stay with b and c
+    assert kv.num_free_blocks == 6 - 3
+    assert kv.allocate("x", 12)  # the three blocks left
+    assert not kv.fork("b", "d", 10)  # no block for d's copy: nothing changed
+    assert kv.table("d") == () and kv.take_copies() == ()
+    for seq_id in ("b", "c", "x"):
+        kv.free(seq_id)
+    kv.check_invariants()
+    assert kv.num_free_blocks == 6

@@ -12,6 +12,10 @@ starting a manager of a million blocks costs nothing.
     never used: 10 … num_blocks-1    free list (LRU → MRU):  [ 7 | 3 | 9 (cached h=…) | 2 ]
     tables: seq "a/0" → [4, 5, 8]   refs: 4→2 (shared prefix), 5→1, 8→1
 
+A beam that continues another (beam search) forks its table: the full blocks are
+shared, the last partial one is copied into a new block by the runner before the next
+step (`fork`, `take_copies`).
+
 Invariants: a block handed out once is in the free list iff its ref count is 0; every
 hash in `_cached` maps to a block whose `hash` is that key.
 
@@ -95,6 +99,7 @@ class KVCacheManager:
         self._tables: dict[str, list[int]] = {}
         self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
         self._stale: set[str] = set()  # live seqs computed on replaced weights: never cached
+        self._copies: list[tuple[int, int]] = []  # (source, destination) blocks: see fork
 
     # --- queries -----------------------------------------------------------------
 
@@ -242,6 +247,35 @@ class KVCacheManager:
                     block_size=size,
                 )
             )
+
+    def fork(self, parent: str, child: str, num_tokens: int) -> bool:
+        """Start `child`'s table as a copy of `parent`'s first `num_tokens` positions (a
+        beam that continues another): the full blocks are shared, a last partial block
+        (which both will write into) is copied into a new one; False (nothing changed)
+        when no block is free for that copy. The copy is made by the runner before the
+        next step's forward (`take_copies`)."""
+        assert child not in self._tables, f"{child} already holds blocks"
+        num_full, partial = divmod(num_tokens, self.block_size)
+        if partial and not self.num_free_blocks:
+            return False
+        table = self._tables[parent][:num_full]
+        for block_id in table:
+            self._ref(block_id)
+        if partial:
+            block = self._take_free()
+            block.ref_count = 1
+            self._copies.append((self._tables[parent][num_full], block.block_id))
+            table.append(block.block_id)
+        self._tables[child] = table
+        self._num_hashed[child] = min(self._num_hashed[parent], num_full)
+        if parent in self._stale:
+            self._stale.add(child)
+        return True
+
+    def take_copies(self) -> tuple[tuple[int, int], ...]:
+        """The (source, destination) block copies asked since the last call, in order."""
+        copies, self._copies = tuple(self._copies), []
+        return copies
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Give back the blocks past the first `num_tokens` positions (those that held

@@ -12,6 +12,9 @@ With speculation, a decoding sequence's chunk also carries draft tokens (from th
 proposer: n-gram, suffix decoding or a draft model, asked for them before the step
 with `draft_requests`) when blocks and budget are left over after every decode and
 before any prefill; the runner returns the drafts it accepted and one token more.
+
+With beam search a prompt's choices are beams (atom/model/scheduling/beams.py): they
+step together, fork and drop between steps, and answer once the search is over.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
+from atom.model.scheduling.beams import Beams
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, choice_seed
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
@@ -55,7 +59,9 @@ class Scheduler:
         self._eos = eos_token_ids
         self._max_model_len = max_model_len
         self._seqs: dict[str, Sequence] = {}  # insertion order is arrival order
+        self._released: list[str] = []  # removed sequences the runner may forget
         self.stats = StepStats()
+        self._beams = Beams(kv, self._seqs, self.remove, self._ending)
 
     @property
     def num_seqs(self) -> int:
@@ -65,8 +71,12 @@ class Scheduler:
         return self.num_seqs + num_seqs <= self.max_num_seqs
 
     def add(self, submit: Submit) -> list[Sequence]:
-        """Start one sequence per choice of `submit` (blocks come when it is scheduled)."""
+        """Start one sequence per choice of `submit` (blocks come when it is scheduled);
+        with beam search, one beam per prompt (more come as it forks)."""
         n = submit.choices_per_prompt
+        if submit.params.beam_search is not None:
+            prompts = range(len(submit.prompts))
+            return [self._beams.start(submit, p_idx, self._eos) for p_idx in prompts]
         new = [
             Sequence(
                 seq_id=f"{submit.request_id}/{p_idx * n + j}",
@@ -92,9 +102,31 @@ class Scheduler:
         seq = self._seqs.pop(seq_id, None)
         if seq is not None:
             self.kv.free(seq_id)
+            self._released.append(seq_id)
             if self.proposer is not None:
                 self.proposer.finish(seq_id, seq.token_ids[seq.num_prompt_tokens :])
         return seq
+
+    def take_released(self) -> list[str]:
+        """The sequences removed since the last call: the runner may forget them."""
+        released, self._released = self._released, []
+        return released
+
+    def drop(self, request_id: str, choice_idx: int | None = None) -> int:
+        """Remove a request's sequences (those of one choice, given `choice_idx`); returns
+        how many choices that ended. A beam search ends only with its whole request:
+        its beams stand for all its choices."""
+        ended = 0
+        for seq in self.seqs_of(request_id):
+            if seq.group is not None:
+                if choice_idx is None:
+                    is_first = seq is seq.group.beams[0].seq  # counts the group's choices once
+                    ended += seq.group.state.width if is_first else 0
+                    self.remove(seq.seq_id)
+            elif choice_idx is None or choice_idx == seq.choice_idx:
+                self.remove(seq.seq_id)
+                ended += 1
+        return ended
 
     def seq(self, seq_id: str) -> Sequence | None:
         return self._seqs.get(seq_id)
@@ -114,7 +146,7 @@ class Scheduler:
         spec = self.speculation
         if spec is None or len(self._seqs) > spec.disable_by_batch_size:
             return []
-        decoding = [s for s in self._seqs.values() if s.is_decoding]
+        decoding = [s for s in self._seqs.values() if s.is_decoding and s.group is None]
         requests = [DraftRequest(s.seq_id, s.token_ids, self._room(s, spec)) for s in decoding]
         return [r for r in requests if r.num_tokens > 0]
 
@@ -146,7 +178,7 @@ class Scheduler:
             if seq.lora is not None:
                 loras.add(seq.lora)
             budget -= len(chunk.token_ids)
-        return StepPlan(chunks=tuple(chunks))
+        return StepPlan(chunks=tuple(chunks), copies=self.kv.take_copies())
 
     def _schedule_decodes(self) -> list[SeqChunk]:
         chunks: list[SeqChunk] = []
@@ -216,14 +248,22 @@ class Scheduler:
 
     def _waits_for_sibling(self, seq: Sequence) -> bool:
         """A later choice of a prompt waits until its first choice has computed the prompt's
-        blocks, then takes them from the prefix cache."""
+        blocks, then takes them from the prefix cache; a beam that has its sample of
+        this beam step waits for the others'."""
+        if seq.group is not None:
+            return seq.seq_id in seq.group.pending
         if seq.choice_idx == seq.first_sibling_idx or seq.has_blocks:
             return False
         first = self._seqs.get(f"{seq.request_id}/{seq.first_sibling_idx}")
         return first is not None and first.num_computed < first.num_prompt_tokens
 
     def _newest_with_blocks(self, *, skip: set[str] | frozenset[str] = frozenset()) -> Sequence:
-        candidates = (s for s in reversed(self._in_order()) if s.has_blocks)
+        """The next to preempt: a beam waiting for its group's other beams first (it needs
+        no blocks until the group moves on, and they may need its blocks), else the
+        newest sequence."""
+        order = self._in_order()
+        waiting = [s for s in order if s.group is not None and s.seq_id in s.group.pending]
+        candidates = (s for s in (*waiting, *reversed(order)) if s.has_blocks)
         return next(s for s in candidates if s.seq_id not in skip)
 
     def _in_order(self) -> list[Sequence]:
@@ -276,9 +316,11 @@ class Scheduler:
             seq = self._seqs.get(chunk.seq_id)
             if seq is None or not seq.has_blocks:
                 continue
-            if not chunk.needs_sample:
+            if not chunk.needs_sample or seq.group is not None:
                 seq.num_computed = chunk.start_pos + len(chunk.token_ids)
                 self._commit(seq)
+                if chunk.needs_sample:
+                    outputs.extend(self._beams.sampled(seq, sampled[chunk.seq_id][0]))
                 continue
             tokens = sampled[chunk.seq_id]
             output = self._append(seq, tokens, chunk.num_draft_tokens)
@@ -318,10 +360,16 @@ class Scheduler:
         )
 
     def _finish_reason(self, seq: Sequence) -> FinishReason | None:
-        last, params = seq.token_ids[-1], seq.params
+        return self._ending(seq, seq.token_ids[-1], 0)
+
+    def _ending(self, seq: Sequence, last: int, num_more: int) -> FinishReason | None:
+        """Why `seq` ends with `last` as its last token and `num_more` tokens more than it
+        holds (a beam's candidate: 1); None if it goes on."""
+        params = seq.params
         if (last in self._eos and not params.ignore_eos) or last in params.stop_token_ids:
             return FinishReason.STOP
-        if seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self._max_model_len:
+        num_output, length = seq.num_output + num_more, len(seq.token_ids) + num_more
+        if num_output >= params.max_tokens or length >= self._max_model_len:
             return FinishReason.LENGTH
         return None
 

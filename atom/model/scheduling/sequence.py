@@ -4,10 +4,20 @@ it (`SeqOutput`), and what one `schedule()` did (`StepStats`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from atom.model.runner import Sampled
-from atom.vocabulary.events import DraftsVerified, FinishReason, SamplingParams, TokenLogprobs
+from atom.vocabulary.events import (
+    DraftsVerified,
+    FinishReason,
+    SamplingParams,
+    TokenLogprobs,
+    TokensSampled,
+)
 from atom.vocabulary.images import PromptImage
+
+if TYPE_CHECKING:
+    from atom.model.scheduling.beam_search import BeamGroup
 
 
 @dataclass(slots=True, kw_only=True)
@@ -30,6 +40,7 @@ class Sequence:
     num_draft_tokens: int | None = None  # how many to propose next: follows acceptance
     lora: str | None = None  # the LoRA adapter it runs with (None: the base model)
     images: tuple[PromptImage, ...] = ()  # the prompt's images (atom/vocabulary/images.py)
+    group: BeamGroup | None = None  # the beam search it is a beam of (use_beam_search)
 
     @property
     def num_output(self) -> int:
@@ -61,6 +72,20 @@ class SeqOutput:
     @property
     def token_ids(self) -> tuple[int, ...]:
         return tuple(t.token_id for t in self.tokens)
+
+    def event(self) -> TokensSampled:
+        """What the request's actor and the log are told of it."""
+        seq = self.seq
+        return TokensSampled(
+            request_id=seq.request_id,
+            choice_idx=seq.choice_idx,
+            token_ids=self.token_ids,
+            finish_reason=self.finish_reason,
+            num_cached_tokens=seq.num_cached_tokens if self.is_first else None,
+            logprobs=tuple(t.logprobs for t in self.tokens if t.logprobs) or None,
+            prompt_logprobs=self.prompt_logprobs,
+            drafts=self.drafts,
+        )
 
 
 @dataclass(slots=True)
