@@ -57,8 +57,8 @@ def decode_steps(runner: Runner, settings: Settings, batch: int, context: int, s
             times.append(time.perf_counter() - began)
         scheduler.update(plan, sampled)
     for i in range(batch):
-        seq_id = f"{i}/0"
-        scheduler.remove(seq_id)
+        scheduler.drop(str(i))
+    for seq_id in scheduler.take_released():
         runner.release(seq_id)
     return statistics.median(times[2:]) * 1e3
 

@@ -13,27 +13,26 @@ half-changed runner.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
 
 import trio
 
 from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJobs, Queued
 from atom.actors.device import DeviceThread
+from atom.actors.disk_tier import DiskTierLink
 from atom.actors.idle import IdleWatch
+from atom.actors.model_state import ModelState
 from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
 from atom.actors.wait_queue import WaitQueue
-from atom.model.lora.adapter import LoraAdapter
+from atom.model.kv_tier import DiskTier
 from atom.model.runner import Runner, Sampled, StepPlan
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.scheduling.sequence import SeqOutput
 from atom.vocabulary.errors import (
     AtomError,
-    Conflict,
     EngineFailed,
-    ModelAsleep,
     ModelNotFound,
     QueueTimeout,
 )
@@ -43,20 +42,15 @@ from atom.vocabulary.events import (
     EngineStepped,
     Envelope,
     Event,
-    LoraLoaded,
-    LoraUnloaded,
-    ModelSlept,
-    ModelWoke,
     PrefixCacheReset,
     PromptChunkComputed,
     RequestReleased,
     RequestScheduled,
     Submit,
-    WeightsUpdated,
 )
 
 
-class Batcher:
+class Batcher(ModelState):
     def __init__(
         self,
         runner: Runner,
@@ -69,6 +63,7 @@ class Batcher:
         model: str = "",
         reject_while_asleep: bool = True,
         phases: Phases | None = None,
+        disk: DiskTier | None = None,
     ) -> None:
         self._model = model  # the served name its engine events carry
         self._runner = runner
@@ -83,6 +78,7 @@ class Batcher:
         self._wake = trio.Event()
         self.idle = IdleWatch(lambda: self.is_idle)  # an unload waits on it
         self._device = device  # every runner call happens on this one thread
+        self._disk = None if disk is None else DiskTierLink(disk, scheduler, device)
         self._num_steps = 0
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
@@ -135,11 +131,20 @@ class Batcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        try:
+            await self._loop()
+        finally:
+            if self._disk is not None and not self.is_asleep:
+                await self._disk.close(self._runner)  # the cache's blocks outlive the process
+
+    async def _loop(self) -> None:
         while True:
             await self._jobs.run_due(is_running=bool(self._running))
             self._apply_aborts()
             self._apply_reset()
             self._admit()
+            if self._disk is not None:
+                await self._disk.fetch()
             self._phase("schedule")
             plan = self._scheduler.schedule(await self._drafts())
             if not plan.chunks:
@@ -161,6 +166,8 @@ class Batcher:
                     num_preemptions=stats.num_preemptions,
                     prefix_cache_queries=stats.prefix_cache_queries,
                     prefix_cache_hits=stats.prefix_cache_hits,
+                    prefix_cache_disk_hits=stats.prefix_cache_disk_hits,
+                    **(self._disk.step_counts() if self._disk is not None else {}),
                 )
             )
             self._phase("between steps")
@@ -189,7 +196,7 @@ class Batcher:
     def _apply_reset(self) -> None:
         if self._is_reset_asked:
             self._is_reset_asked = False
-            num_blocks = self._scheduler.kv.reset_prefix_cache()
+            num_blocks = self._scheduler.kv.forget_prefixes()
             self._publish(PrefixCacheReset(model=self._model, num_blocks=num_blocks))
 
     def fail_all(self, error: AtomError) -> None:
@@ -287,106 +294,3 @@ class Batcher:
             del self._running[request_id]
             admitted.outbox.close()
             self._publish(RequestReleased(request_id=request_id, was_scheduled=True))
-
-    # --- model state for the admin routes: jobs run at the step boundary (BoundaryJobs) ---
-
-    async def replace_weights(self, weights: Any, *, source: str, version: str | None) -> int:
-        """The runner takes `weights` between two steps and every cached prefix is
-        forgotten; running requests continue on them. Returns how many were running."""
-        paused: list[int] = []
-
-        async def swap() -> None:
-            await self._device.run_sync(self._runner.replace_weights, weights)
-            paused.append(len(self._running))
-            num_blocks = self._scheduler.kv.flush_prefix_cache()
-            updated = WeightsUpdated(
-                model=self._model,
-                source=source,
-                weight_version=version,
-                num_paused_requests=paused[0],
-                num_blocks=num_blocks,
-            )
-            self._publish(updated)
-
-        await self._at_boundary(swap)
-        return paused[0]
-
-    async def add_lora(self, adapter: LoraAdapter) -> None:
-        """The runner takes `adapter` between two steps. An adapter of the same name is
-        replaced (running requests continue on the new one) and every cached prefix is
-        forgotten, so none computed with the old one is reused."""
-
-        async def add() -> None:
-            await self._device.run_sync(self._runner.add_lora, adapter)
-            if adapter.name in self.loras:
-                self._scheduler.kv.flush_prefix_cache()
-            self.loras.add(adapter.name)
-            loaded = LoraLoaded(
-                model=self._model, lora=adapter.name, path=adapter.path, rank=adapter.rank
-            )
-            self._publish(loaded)
-
-        await self._at_boundary(add)
-
-    async def remove_lora(self, name: str) -> None:
-        """The runner forgets the adapter `name` between two steps, and every cached
-        prefix is forgotten. Conflict (409) while requests run or wait with it."""
-
-        async def remove() -> None:
-            users = {s.request_id for s in self._scheduler.sequences() if s.lora == name}
-            users.update(q.submit.request_id for q in self._queue if q.submit.lora == name)
-            if users:
-                raise Conflict(
-                    f"the adapter `{name}` has {len(users)} requests running or queued; "
-                    "unload it once they finish",
-                    param="lora_name",
-                )
-            self.loras.discard(name)
-            await self._device.run_sync(self._runner.remove_lora, name)
-            self._scheduler.kv.flush_prefix_cache()
-            self._publish(LoraUnloaded(model=self._model, lora=name))
-
-        await self._at_boundary(remove)
-
-    async def sleep(self, level: int) -> None:
-        """Admit nothing more (queued requests fail with ModelAsleep unless they may
-        wait), let the running ones finish, then free the KV cache and, at level 2, the
-        weights. Returns once asleep, or once woken again if that came first."""
-        if self.sleep_level:
-            return
-        self.sleep_level = level
-        if self._reject_while_asleep:
-            for queued in self._queue.take_all():
-                self._refuse(queued, self._asleep())
-
-        async def fall_asleep() -> None:
-            if self.sleep_level:  # no wake-up came first
-                await self._device.run_sync(self._runner.sleep, level)
-                self._scheduler.kv.flush_prefix_cache()  # the cache itself is gone
-                self.is_asleep = True
-                self._publish(ModelSlept(model=self._model, level=level))
-
-        await self._at_boundary(fall_asleep, when_idle=True)
-
-    async def wake_up(self, weights: Any | None = None, *, source: str | None = None) -> None:
-        """Undo `sleep` (`weights`, read from `source`, after a level-2 sleep): the KV
-        cache comes back and queued requests are admitted again."""
-
-        async def wake() -> None:
-            if self.is_asleep:
-                await self._device.run_sync(self._runner.wake_up, weights)
-                self._publish(ModelWoke(model=self._model, source=source))
-            self.sleep_level, self.is_asleep = 0, False
-
-        if self.sleep_level:
-            await self._at_boundary(wake)
-
-    def _asleep(self) -> ModelAsleep:
-        return ModelAsleep(f"the model `{self._model}` is asleep; POST /wake_up wakes it")
-
-    async def _at_boundary(
-        self, run: Callable[[], Awaitable[None]], when_idle: bool = False
-    ) -> None:
-        if self._is_closed:
-            raise EngineFailed("the engine is not running")
-        await self._jobs.ask(run, when_idle=when_idle)

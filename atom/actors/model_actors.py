@@ -95,20 +95,16 @@ def _pooler(
 def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:
     """The Batcher over a Scheduler and KV bookkeeping sized to the runner's cache."""
     s, runner = parts.settings, runtime.runner
-    log.info(
-        "engine_ready",
-        model=name,
-        max_model_len=runtime.max_model_len,
-        max_num_seqs=s.max_num_seqs,
-        num_kv_blocks=runner.num_blocks,
-        block_size=runner.block_size,
-        max_concurrency=round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2),
-    )
+    max_concurrency = round(runner.num_blocks * runner.block_size / runtime.max_model_len, 2)
+    log.info("engine_ready", model=name, max_model_len=runtime.max_model_len,
+             max_num_seqs=s.max_num_seqs, num_kv_blocks=runner.num_blocks,
+             block_size=runner.block_size, max_concurrency=max_concurrency)  # fmt: skip
     kv = KVCacheManager(
         num_blocks=runner.num_blocks,
         block_size=runner.block_size,
         enable_prefix_caching=s.enable_prefix_caching,
         on_change=parts.kv_events,
+        spill=runtime.disk is not None,
     )
     scheduler = Scheduler(
         kv=kv,
@@ -131,4 +127,5 @@ def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThrea
         model=name,
         reject_while_asleep=s.while_asleep == "reject",
         phases=parts.phases,
+        disk=runtime.disk,
     )

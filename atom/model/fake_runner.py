@@ -69,7 +69,7 @@ class FakeRunner:
         unknown = {c.lora for c in plan.chunks if c.lora is not None} - self.loras
         assert not unknown, f"a step with adapters never added: {unknown}"
         size = self.block_size
-        for src, dst in plan.copies:  # a forked beam's copy of its parent's last block
+        for src, dst in plan.moves.copies:  # a forked beam's copy of its parent's last block
             for offset in range(size):
                 if (token := self._slots.get(src * size + offset)) is not None:
                     self._slots[dst * size + offset] = token

@@ -22,7 +22,7 @@ def local_folder(source: Path, cache_dir: str) -> Path:
         return source
     if source.suffix != ".gguf":
         raise FileNotFoundError(f"model not found: {source} (a folder or a .gguf file)")
-    folder = Path(cache_dir) / f"{source.stem}-{_content_key(source)}"
+    folder = Path(cache_dir) / f"{source.stem}-{content_key(source)}"
     if not (folder / "model.safetensors").exists():
         with progress("gguf_dequantization", expected_s=40):
             _dequantize(source, folder)
@@ -30,7 +30,7 @@ def local_folder(source: Path, cache_dir: str) -> Path:
     return folder
 
 
-def _content_key(gguf: Path, edge_bytes: int = 1 << 20) -> str:
+def content_key(gguf: Path, edge_bytes: int = 1 << 20) -> str:
     """A key for the file's content, not its path or time: a reinstall of the same
     package (a new mtime) finds its copy. The size and the first and last MiB are
     hashed, which tells GGUF files apart (their header names every tensor)."""

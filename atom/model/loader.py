@@ -114,6 +114,7 @@ def load_runtime(
     import torch
 
     from atom.model.forward.kernels import cpu_ops
+    from atom.model.kv_tier import DiskTier, fingerprint
     from atom.model.parallel import TensorParallelRunner, start_ranks
     from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
 
@@ -141,6 +142,12 @@ def load_runtime(
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
     num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
+    disk = None
+    if settings.prefix_cache_dir:  # the facts that shape what the cache's blocks hold
+        facts = {"dtype": dtype_name, "kv": kv_dtype, "block": settings.block_size,
+                 "forms": forms, "own": model is not loaded.model, "device": device}  # fmt: skip
+        folder = fingerprint(str(resolve_source(source)), facts)
+        disk = DiskTier(settings.prefix_cache_dir, folder, settings.prefix_cache_disk_bytes)
     local = TorchRunner(
         model,
         eos_token_ids=eos_token_ids(loaded),
@@ -154,6 +161,7 @@ def load_runtime(
         max_lora_rank=settings.max_lora_rank,
         lora_kernel=None if ops is None else ops.lora_add,
         vision=None if built.vision is None else built.vision.encoder,
+        disk=disk,
     )
     world = 1 if rank is None else rank.world
     split = world > 1
@@ -184,6 +192,7 @@ def load_runtime(
         else partial(_load_weights, settings, device, dtype_name, ops, types, tensor_shapes(model)),
         read_lora=None if built.vision or split else _lora_reader(settings, model),
         images=None if built.vision is None else built.vision.prompter,
+        disk=disk,
     )
 
 

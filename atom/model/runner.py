@@ -12,10 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from atom.model.scheduling.kv_blocks import BlockMoves
 from atom.vocabulary.events import SamplingParams, TokenLogprobs
 from atom.vocabulary.images import PromptImage
 
 if TYPE_CHECKING:
+    from atom.model.kv_tier import DiskTier
     from atom.model.lora.adapter import LoraAdapter
     from atom.model.vision.prompter import ImagePrompter
 
@@ -67,11 +69,11 @@ class SeqChunk:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepPlan:
-    """One step: the chunks, after the block `copies` (source, destination) are made
-    (a beam forked from another gets its own copy of their partial last block)."""
+    """One step: the chunks, after the block `moves` (atom/model/scheduling/kv_blocks.py);
+    a plan with no chunks only moves blocks (a sleeping or stopping cache saved)."""
 
     chunks: tuple[SeqChunk, ...]
-    copies: tuple[tuple[int, int], ...] = ()
+    moves: BlockMoves = field(default_factory=BlockMoves)
 
     @property
     def num_tokens(self) -> int:
@@ -150,3 +152,4 @@ class Runtime:
     read_lora: Callable[[str, str], LoraAdapter] | None = None
     # A vision-language model's prompt builder (conversations with images); None: text only.
     images: ImagePrompter | None = None
+    disk: DiskTier | None = None  # the prefix cache's disk tier (--prefix-cache-dir)

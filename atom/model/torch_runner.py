@@ -18,12 +18,14 @@ from atom.model.forward.attention import (
     PrefillSlice,
     StepMeta,
 )
+from atom.model.kv_tier import DiskTier
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.lora.mixing import LoraSlots
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
 from atom.model.sampling.sampler import prompt_logprobs, sample
+from atom.model.scheduling.kv_blocks import BlockMoves
 from atom.model.vision.encoder import VisionEncoder
 from atom.model.vision.placement import ImageRows
 
@@ -65,8 +67,10 @@ class TorchRunner:
         max_lora_rank: int = 16,
         lora_kernel: Callable[..., None] | None = None,
         vision: VisionEncoder | None = None,
+        disk: DiskTier | None = None,
     ) -> None:
-        """`vision`: a vision-language model's encoder (chunks with images need one)."""
+        """`vision`: a vision-language model's encoder (chunks with images need one);
+        `disk`: the prefix cache's disk tier, which saved blocks are written to."""
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
         self.eos_token_ids = eos_token_ids
@@ -85,6 +89,7 @@ class TorchRunner:
         self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
         self.loras = LoraSlots(max_loras, max_lora_rank, self._device, lora_kernel)
         self._images = None if vision is None else ImageRows(vision)
+        self.disk = disk
 
     def _allocate_kv_cache(self) -> None:
         self.kv_cache: torch.Tensor | None = torch.zeros(
@@ -121,7 +126,9 @@ class TorchRunner:
 
     def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         with torch.inference_mode():
-            self._copy_blocks(plan.copies)
+            self._move_blocks(plan.moves)
+            if not plan.chunks:
+                return {}
             picked = [c for c in plan.chunks if c.needs_sample]
             keep = self._keep(plan.chunks)
             with _trace_range("atom.forward"):  # also when nothing samples: it fills the cache
@@ -131,17 +138,26 @@ class TorchRunner:
             with _trace_range("atom.sampling"):
                 return self._sample(picked, logits, keep)
 
-    def _copy_blocks(self, copies: tuple[tuple[int, int], ...]) -> None:
-        """Each (source, destination) block's keys and values, in every layer."""
-        if not copies or self.kv_cache is None:
+    def _move_blocks(self, moves: BlockMoves) -> None:
+        """Before the forward: blocks saved to the disk tier, copied, loaded from it."""
+        if self.kv_cache is None:
             return
-        size = self.block_size
-        slots = torch.arange(size, device=self._device)
-        sources = torch.tensor([s for s, _ in copies], device=self._device)[:, None] * size
-        targets = torch.tensor([d for _, d in copies], device=self._device)[:, None] * size
-        self.kv_cache[:, :, (targets + slots).flatten()] = self.kv_cache[
-            :, :, (sources + slots).flatten()
-        ]
+        if self.disk is not None:
+            for block_id, block_hash in moves.saves:
+                block = self.kv_cache[:, :, self._slots(block_id)].contiguous()
+                self.disk.write(block_hash, block.cpu().view(torch.uint8).numpy().tobytes())
+        if moves.copies:
+            sources = torch.cat([self._slots(source) for source, _ in moves.copies])
+            targets = torch.cat([self._slots(target) for _, target in moves.copies])
+            self.kv_cache[:, :, targets] = self.kv_cache[:, :, sources]
+        for block_id, payload in moves.loads:
+            rows = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(self._kv_dtype)
+            shape = (*self._kv_shape[:2], self.block_size, *self._kv_shape[3:])
+            self.kv_cache[:, :, self._slots(block_id)] = rows.view(shape).to(self._device)
+
+    def _slots(self, block_id: int) -> torch.Tensor:
+        start = block_id * self.block_size
+        return torch.arange(start, start + self.block_size, device=self._device)
 
     def _sample(
         self, picked: list[SeqChunk], logits: torch.Tensor, keep: dict[str, list[int]]

@@ -80,6 +80,10 @@ class ModelMetrics:
         self.num_preemptions = 0
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.prefix_cache_disk_hits = 0
+        self.kv_disk_bytes_read = 0
+        self.kv_disk_bytes_written = 0
+        self.kv_disk_failures = 0
         self.num_drafts = 0  # steps that verified drafts, one a choice
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
@@ -113,6 +117,10 @@ class ModelMetrics:
         self.num_preemptions += event.num_preemptions
         self.prefix_cache_queries += event.prefix_cache_queries
         self.prefix_cache_hits += event.prefix_cache_hits
+        self.prefix_cache_disk_hits += event.prefix_cache_disk_hits
+        self.kv_disk_bytes_read += event.kv_disk_bytes_read
+        self.kv_disk_bytes_written += event.kv_disk_bytes_written
+        self.kv_disk_failures += event.kv_disk_failures
 
     def _on_pooling_event(self, envelope: Envelope, event: Event) -> None:
         """A pooling request runs from its arrival to its outputs (or error)."""
@@ -322,6 +330,10 @@ _FAMILIES: tuple[tuple[str, str, Callable[[ModelMetrics], float]], ...] = (
     ("num_preemptions_total", "counter", lambda m: m.num_preemptions),
     ("prefix_cache_queries_total", "counter", lambda m: m.prefix_cache_queries),
     ("prefix_cache_hits_total", "counter", lambda m: m.prefix_cache_hits),
+    ("prefix_cache_disk_hits_total", "counter", lambda m: m.prefix_cache_disk_hits),
+    ("kv_disk_bytes_read_total", "counter", lambda m: m.kv_disk_bytes_read),
+    ("kv_disk_bytes_written_total", "counter", lambda m: m.kv_disk_bytes_written),
+    ("kv_disk_failures_total", "counter", lambda m: m.kv_disk_failures),
     ("spec_decode_num_drafts_total", "counter", lambda m: m.num_drafts),
     ("spec_decode_num_draft_tokens_total", "counter", lambda m: m.num_draft_tokens),
     ("spec_decode_num_accepted_tokens_total", "counter", lambda m: m.num_accepted_tokens),
@@ -336,7 +348,11 @@ _HELP = {
     "kv_cache_usage_perc": "Fraction of KV-cache blocks in use (1 means full).",
     "num_preemptions_total": "Sequences preempted to free KV-cache blocks.",
     "prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
-    "prefix_cache_hits_total": "Prompt tokens found in the prefix cache.",
+    "prefix_cache_hits_total": "Prompt tokens found in the prefix cache (memory or disk).",
+    "prefix_cache_disk_hits_total": "Prompt tokens read from the prefix cache's disk tier.",
+    "kv_disk_bytes_read_total": "Bytes of KV blocks read from the disk tier.",
+    "kv_disk_bytes_written_total": "Bytes of KV blocks written to the disk tier.",
+    "kv_disk_failures_total": "Disk-tier block files that failed their check, and failed writes.",
     "spec_decode_num_drafts_total": "Speculative steps: a choice's drafts verified once.",
     "spec_decode_num_draft_tokens_total": "Draft tokens proposed.",
     "spec_decode_num_accepted_tokens_total": "Draft tokens the model accepted.",

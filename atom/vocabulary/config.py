@@ -52,6 +52,8 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    prefix_cache_dir: str | None = None  # a disk tier for the prefix cache (atom/model/kv_tier.py)
+    prefix_cache_disk_bytes: int = 10 << 30  # its bound, least recently used out
     speculative_config: str | None = None  # a JSON object, as vLLM's: see `speculative`
     enable_lora: bool = False  # serve LoRA adapters (docs/lora.md)
     lora_modules: tuple[str, ...] = ()  # name=path, or vLLM's JSON object: see `loras`
@@ -208,6 +210,8 @@ def _check_together(settings: Settings) -> None:
     if settings.data_parallel_size > 1 and settings.ssl_ca_certs:
         raise ValueError("--ssl-ca-certs: the router in front of replicas checks no client "
                          "certificates; serve one process, or check them in a proxy")  # fmt: skip
+    if settings.prefix_cache_dir and not settings.enable_prefix_caching:
+        raise ValueError("--prefix-cache-dir needs --enable-prefix-caching")
     if settings.stream_interval < 1:
         raise ValueError("--stream-interval must be at least 1")
     if any(not key.strip() for key in [*settings.api_key, *settings.admin_api_key]):
@@ -224,6 +228,7 @@ def _check_tensor_parallel(settings: Settings) -> None:
         (settings.enable_lora, "LoRA adapters (--enable-lora)"),
         (settings.speculative_config, "speculative decoding (--speculative-config)"),
         (settings.data_parallel_size > 1, "--data-parallel-size above 1"),
+        (settings.prefix_cache_dir, "a prefix cache on disk (--prefix-cache-dir)"),
     ):
         if refused:
             raise ValueError(f"--tensor-parallel-size above 1 does not serve {what} yet")
@@ -248,6 +253,8 @@ HELP = {
     "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
     "gpu_memory_utilization": "CUDA: share of device memory the process may use",
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
+    "prefix_cache_dir": "keep evicted prefix-cache blocks in this folder, across restarts",
+    "prefix_cache_disk_bytes": "the most the prefix cache's disk tier holds (default 10 GiB)",
     "speculative_config": "speculative decoding, vLLM's JSON: "
     '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}',
     "enable_lora": "serve LoRA adapters (--lora-modules, POST /v1/load_lora_adapter)",

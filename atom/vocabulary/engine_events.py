@@ -20,7 +20,11 @@ class EngineStepped(Event):
     kv_cache_usage: float
     num_preemptions: int
     prefix_cache_queries: int
-    prefix_cache_hits: int
+    prefix_cache_hits: int  # prompt tokens found cached, in memory or on disk
+    prefix_cache_disk_hits: int = 0  # of those, the tokens read from the disk tier
+    kv_disk_bytes_read: int = 0  # the disk tier's reads since the step before
+    kv_disk_bytes_written: int = 0  # and its writes (the writer thread's, done by now)
+    kv_disk_failures: int = 0  # block files that failed their check, writes that failed
 
 
 @_tagged("prefix_cache_reset")

@@ -11,7 +11,7 @@ import torch
 from transformers import LlamaConfig
 
 from atom.model.runner import Runner
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
 from atom.vocabulary.events import FinishReason, SamplingParams, Submit
@@ -83,7 +83,7 @@ def run_beams(
             )
         for seq_id in scheduler.take_released():
             runner.release(seq_id)
-        kv.check_invariants()
+        check_invariants(kv)
     assert kv.num_free_blocks == kv.num_blocks
     assert runner.num_sequences() == 0
     return answers

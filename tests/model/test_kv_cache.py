@@ -11,6 +11,7 @@ from atom.model.scheduling.kv_cache import (
     KVCacheManager,
     KVChange,
     block_hashes,
+    check_invariants,
 )
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
@@ -37,7 +38,7 @@ def test_freed_blocks_stay_cached_until_evicted_least_recently_used() -> None:
     assert not kv.allocate("c", 8)  # only b's blocks are left, and they are in use
     kv.free("b")
     kv.free("c")
-    kv.check_invariants()
+    check_invariants(kv)
     assert kv.num_free_blocks == 4
 
 
@@ -55,8 +56,8 @@ def test_blocks_go_out_in_id_order_then_least_recently_freed_first() -> None:
     small.free("a")
     assert small.allocate("c", 10)
     assert small.table("c") == (4, 3, 2, 1, 0)  # then the least recently freed
-    small.check_invariants()
-    kv.check_invariants()
+    check_invariants(small)
+    check_invariants(kv)
 
 
 def test_a_reset_forgets_free_cached_blocks_and_keeps_those_in_use() -> None:
@@ -67,11 +68,11 @@ def test_a_reset_forgets_free_cached_blocks_and_keeps_those_in_use() -> None:
         kv.allocate(seq, 5)
         kv.commit(seq, prompt, 5, None)
     kv.free("a")
-    assert kv.reset_prefix_cache() == 2  # a's two full blocks
-    kv.check_invariants()
+    assert kv.forget_prefixes() == 2  # a's two full blocks
+    check_invariants(kv)
     assert kv.acquire_prefix("b", free_prompt, None) == 0
     assert kv.acquire_prefix("c", live_prompt, None) == 4  # still shared with "live"
-    assert kv.reset_prefix_cache() == 0
+    assert kv.forget_prefixes() == 0
 
 
 def test_a_flush_forgets_every_cached_block_and_what_live_sequences_compute_later() -> None:
@@ -80,8 +81,8 @@ def test_a_flush_forgets_every_cached_block_and_what_live_sequences_compute_late
     kv.acquire_prefix("live", live_prompt, None)
     kv.allocate("live", 5)
     kv.commit("live", live_prompt, 5, None)
-    assert kv.flush_prefix_cache() == 2  # the live sequence's blocks too
-    kv.check_invariants()
+    assert kv.forget_prefixes(in_use=True) == 2  # the live sequence's blocks too
+    check_invariants(kv)
     longer = [*live_prompt, 4, 3]  # it goes on after the flush (new weights)
     kv.allocate("live", 7)
     kv.commit("live", longer, 7, None)
@@ -91,7 +92,7 @@ def test_a_flush_forgets_every_cached_block_and_what_live_sequences_compute_late
     kv.commit("fresh", [*longer, 1], 8, None)  # a sequence begun after the flush caches again
     kv.free("fresh")
     assert kv.acquire_prefix("again", [*longer, 1, 0], None) == 8
-    kv.check_invariants()
+    check_invariants(kv)
 
 
 def test_without_prefix_caching_nothing_is_reused() -> None:
@@ -132,9 +133,9 @@ def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
         plan = scheduler.schedule()
         for out in scheduler.update(plan, runner.step(plan)):
             outputs.setdefault(out.seq.seq_id, []).extend(out.token_ids)
-            if out.finish_reason is not None:
-                runner.release(out.seq.seq_id)
-        kv.check_invariants()
+        for seq_id in scheduler.take_released():
+            runner.release(seq_id)
+        check_invariants(kv)
 
     for kind, a, b, c, d in ops:
         if kind == "add" and scheduler.can_admit(c):
@@ -145,10 +146,10 @@ def test_random_traffic_keeps_the_cache_consistent_and_frees_everything(
             scheduler.add(Submit(request_id=rid, prompt_ids=prompts[rid], params=params,
                                  choices_per_prompt=c))  # fmt: skip
         elif kind == "abort" and f"r{a}" in prompts:
-            for seq in scheduler.seqs_of(f"r{a}"):
-                scheduler.remove(seq.seq_id)
-                runner.release(seq.seq_id)
-                outputs.pop(seq.seq_id, None)
+            scheduler.drop(f"r{a}")
+            for seq_id in scheduler.take_released():
+                runner.release(seq_id)
+                outputs.pop(seq_id, None)
         elif kind == "step":
             step()
     while scheduler.num_seqs:
@@ -186,9 +187,9 @@ def test_every_change_to_what_is_cached_is_told_in_prefix_order() -> None:
         block_hashes([*prompt, 6], 2, None)[2:0:-1]
     )  # the tail was freed first, so it leaves first
     kv.free("b")
-    assert kv.reset_prefix_cache() == 1
+    assert kv.forget_prefixes() == 1
     assert told[-1] == BlocksRemoved((chain[0],))
-    kv.flush_prefix_cache()
+    kv.forget_prefixes(in_use=True)
     assert told[-1] == CacheCleared()
 
 
@@ -201,16 +202,16 @@ def test_a_fork_shares_full_blocks_and_copies_the_partial_last_one() -> None:
     assert kv.fork("a", "b", 10)
     parent, child = kv.table("a"), kv.table("b")
     assert child[:2] == parent[:2] and child[2] != parent[2]
-    assert kv.take_copies() == ((parent[2], child[2]),) and kv.take_copies() == ()
+    assert kv.take_moves().copies == ((parent[2], child[2]),) and kv.take_moves().copies == ()
     assert kv.fork("a", "c", 8)  # on a block boundary: nothing to copy
-    assert kv.table("c") == parent[:2] and kv.take_copies() == ()
-    kv.check_invariants()
+    assert kv.table("c") == parent[:2] and kv.take_moves().copies == ()
+    check_invariants(kv)
     kv.free("a")  # the shared blocks stay with b and c
     assert kv.num_free_blocks == 6 - 3
     assert kv.allocate("x", 12)  # the three blocks left
     assert not kv.fork("b", "d", 10)  # no block for d's copy: nothing changed
-    assert kv.table("d") == () and kv.take_copies() == ()
+    assert kv.table("d") == () and kv.take_moves().copies == ()
     for seq_id in ("b", "c", "x"):
         kv.free(seq_id)
-    kv.check_invariants()
+    check_invariants(kv)
     assert kv.num_free_blocks == 6

@@ -161,9 +161,9 @@ def test_a_step_mixes_at_most_max_loras_adapters_and_never_holds_back_the_base()
         scheduler.add(Submit(request_id=rid, prompt_ids=PROMPTS[3], params=GREEDY, lora=lora))
     planned = {c.seq_id: c.lora for c in scheduler.schedule().chunks}
     assert planned == {"a/0": "one", "c/0": None, "d/0": "one"}
-    assert scheduler.running_loras() == {"one"}
-    for seq_id in ("a/0", "d/0"):
-        scheduler.remove(seq_id)
+    assert {s.lora for s in scheduler.sequences() if s.has_blocks} == {"one", None}
+    for request_id in ("a", "d"):
+        scheduler.drop(request_id)
     assert "b/0" in {c.seq_id for c in scheduler.schedule().chunks}
 
 

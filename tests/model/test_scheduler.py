@@ -3,7 +3,7 @@ from __future__ import annotations
 import dataclasses
 
 from atom.model.runner import Sampled
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import FinishReason, SamplingParams, Submit
 from atom.vocabulary.speculative import SpeculativeConfig
@@ -86,7 +86,7 @@ def test_a_sequence_that_finishes_in_its_prompts_step_leaves_the_prompt_cached()
     s.add(submit("b", 9))
     (chunk,) = s.schedule().chunks
     assert chunk.start_pos == 8  # two full blocks of four hit; the last token is computed
-    s.kv.check_invariants()
+    check_invariants(s.kv)
 
 
 def test_each_choice_is_its_own_sequence_with_its_own_seed() -> None:
@@ -170,7 +170,7 @@ def test_an_accepted_run_is_appended_and_rejected_drafts_give_their_blocks_back(
     assert seq.num_computed == 8 and seq.is_decoding
     assert len(s.kv.table("a/0")) == 3  # 9 tokens: the block past them went back
     assert seq.num_draft_tokens == 2  # one more than were accepted next time
-    s.kv.check_invariants()
+    check_invariants(s.kv)
 
 
 def test_a_run_ends_at_its_first_stop_token_and_at_max_tokens() -> None:

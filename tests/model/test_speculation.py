@@ -17,7 +17,7 @@ from atom.model import torch_runner as torch_runner_module
 from atom.model.fake_runner import FakeRunner
 from atom.model.forward.quantization import quantize
 from atom.model.runner import Runner, Sampled
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
 from atom.vocabulary.speculative import SpeculativeConfig
@@ -99,7 +99,7 @@ def drive(
                 run.num_accepted += out.drafts.num_accepted_tokens
             if out.finish_reason is not None:
                 runner.release(out.seq.seq_id)
-        kv.check_invariants()
+        check_invariants(kv)
     assert kv.num_free_blocks == kv.num_blocks and runner.num_sequences() == 0
     assert draft is None or draft.num_sequences() == 0
     return run

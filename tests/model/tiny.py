@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from atom.model.forward.kernels import load_cpu_ops
 from atom.model.forward.llama_forward import own_forward
 from atom.model.runner import Runner, StepPlan
-from atom.model.scheduling.kv_cache import KVCacheManager
+from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.torch_runner import TorchRunner
 from atom.vocabulary.config import Settings
@@ -166,7 +166,7 @@ def run_all(
             outputs[out.seq.request_id].extend(out.token_ids)
             if out.finish_reason is not None:
                 runner.release(out.seq.seq_id)
-        kv.check_invariants()
+        check_invariants(kv)
     assert kv.num_free_blocks == kv.num_blocks
     return [outputs[str(i)] for i in range(len(prompts))], num_preemptions
 

@@ -12,9 +12,15 @@ starting a manager of a million blocks costs nothing.
     never used: 10 … num_blocks-1    free list (LRU → MRU):  [ 7 | 3 | 9 (cached h=…) | 2 ]
     tables: seq "a/0" → [4, 5, 8]   refs: 4→2 (shared prefix), 5→1, 8→1
 
+With a disk tier (`--prefix-cache-dir`, atom/model/kv_tier.py) a cached block that is
+evicted is saved first (`take_moves`: the runner writes it out before the step that
+reuses the block), and a prefix that runs past the blocks in memory continues through
+blocks the Batcher read from disk (`disk_wanted`, ``staged`): each gets a fresh block,
+filled by the runner before the step (`take_moves`) and cached like any other.
+
 A beam that continues another (beam search) forks its table: the full blocks are
 shared, the last partial one is copied into a new block by the runner before the next
-step (`fork`, `take_copies`).
+step (`fork`, `take_moves`).
 
 Invariants: a block handed out once is in the free list iff its ref count is 0; every
 hash in `_cached` maps to a block whose `hash` is that key.
@@ -29,55 +35,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 
-
-@dataclass(slots=True)
-class Block:
-    block_id: int
-    ref_count: int = 0
-    hash: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksStored:
-    """Full blocks newly cached, in prefix order: each hash chains on the one before."""
-
-    hashes: tuple[int, ...]
-    parent: int | None  # the hash of the block before the first (None: the prefix's start)
-    token_ids: tuple[int, ...]  # block_size tokens a block
-    block_size: int
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksRemoved:
-    hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheCleared:
-    pass
-
-
-KVChange = BlocksStored | BlocksRemoved | CacheCleared
-Span = tuple[int, int, Hashable]  # (first position, end, key): an image in the prompt
-
-
-def block_hashes(
-    token_ids: Sequence[int], block_size: int, salt: Hashable, spans: Sequence[Span] = ()
-) -> list[int]:
-    """The hash chain of every full block of `token_ids`. A block that overlaps a span
-    (an image's placeholder tokens, atom/vocabulary/images.py) also hashes the span's key: the
-    same placeholders with another image behind them are another prefix."""
-    hashes: list[int] = []
-    parent: int | object = ("atom-kv", salt)
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        stop = start + block_size
-        link: tuple[object, ...] = (parent, tuple(token_ids[start:stop]))
-        keys = tuple(k for first, end, k in spans if first < stop and end > start) if spans else ()
-        parent = hash((*link, keys) if keys else link)
-        hashes.append(parent)  # type: ignore[arg-type]
-    return hashes  # type: ignore[return-value]
+from atom.model.scheduling.kv_blocks import (
+    Block,
+    BlockMoves,
+    BlocksRemoved,
+    BlocksStored,
+    CacheCleared,
+    KVChange,
+    Span,
+    Staged,
+    block_hashes,
+)
 
 
 class KVCacheManager:
@@ -88,7 +57,9 @@ class KVCacheManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         on_change: Callable[[KVChange], None] | None = None,
+        spill: bool = False,
     ):
+        """`spill`: evicted cached blocks are saved for a disk tier (`take_moves`)."""
         self.num_blocks = num_blocks
         self._on_change = on_change
         self.block_size = block_size
@@ -100,6 +71,11 @@ class KVCacheManager:
         self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
         self._stale: set[str] = set()  # live seqs computed on replaced weights: never cached
         self._copies: list[tuple[int, int]] = []  # (source, destination) blocks: see fork
+        self._spill = spill
+        self._saves: list[tuple[int, int]] = []  # (block, hash) evicted: save before reuse
+        self.staged = Staged()  # blocks the Batcher read from the disk tier
+        self._loads: list[tuple[int, bytes]] = []  # (block, payload) to fill before the step
+        self.num_loaded_blocks = 0  # blocks a prefix took from the disk tier, ever
 
     # --- queries -----------------------------------------------------------------
 
@@ -115,65 +91,111 @@ class KVCacheManager:
     def table(self, seq_id: str) -> tuple[int, ...]:
         return tuple(self._tables.get(seq_id, ()))
 
-    def blocks_needed(self, seq_id: str, num_tokens: int) -> int:
+    def _blocks_needed(self, seq_id: str, num_tokens: int) -> int:
         have = len(self._tables.get(seq_id, ()))
         return max(0, -(-num_tokens // self.block_size) - have)
 
     # --- mutations -----------------------------------------------------------------
 
-    def reset_prefix_cache(self) -> int:
-        """Forget every cached prefix no live sequence holds (their blocks stay free);
-        returns how many blocks it forgot. Blocks in use keep their hashes, so the
-        invariants hold and running sequences are untouched."""
-        forgotten: list[int] = []
-        for block_id in self._free:
-            block = self._blocks[block_id]
-            if block.hash is not None:
-                del self._cached[block.hash]
-                forgotten.append(block.hash)
-                block.hash = None
-        if forgotten and self._on_change is not None:
-            self._on_change(BlocksRemoved(tuple(forgotten)))
-        return len(forgotten)
-
-    def flush_prefix_cache(self) -> int:
-        """Forget every cached prefix, those live sequences hold too, and never cache
-        the later blocks of a sequence alive now (new weights: what they computed can no
-        longer be reused); returns how many blocks it forgot."""
-        for block_id in self._cached.values():
+    def forget_prefixes(self, *, in_use: bool = False, save: bool = False) -> int:
+        """Forget the cached prefixes no live sequence holds (POST /reset_prefix_cache),
+        or with `in_use` every one, and never cache the later blocks of a sequence alive
+        now (new weights, a sleep, a stop: what they computed can no longer be reused);
+        with `save`, each forgotten block is saved first (`take_moves`: a disk tier keeps
+        them). Returns how many blocks it forgot; blocks in use keep their memory."""
+        forgotten = [
+            block.hash
+            for block in self._blocks
+            if block.hash is not None and (in_use or block.ref_count == 0)
+        ]
+        for h in forgotten:
+            block_id = self._cached.pop(h)
             self._blocks[block_id].hash = None
-        forgotten = len(self._cached)
-        self._cached.clear()
-        self._stale.update(self._tables)
-        if self._on_change is not None:
-            self._on_change(CacheCleared())
-        return forgotten
+            if save:
+                self._saves.append((block_id, h))
+        if in_use:
+            self._stale.update(self._tables)
+        if self._on_change is not None and (forgotten or in_use):
+            self._on_change(CacheCleared() if in_use else BlocksRemoved(tuple(forgotten)))
+        return len(forgotten)
 
     def acquire_prefix(
         self, seq_id: str, token_ids: Sequence[int], salt: Hashable, spans: Sequence[Span] = ()
     ) -> int:
-        """Start `seq_id`'s table with the longest cached prefix; returns the cached token count.
+        """Start `seq_id`'s table with the longest cached prefix, in memory and then among
+        the blocks staged from disk; returns the cached token count.
 
         At least one token is always left to compute, so the step that finishes the
         prompt produces logits and never writes into a shared block."""
         assert seq_id not in self._tables, f"{seq_id} already holds blocks"
         table: list[int] = []
         if self.enable_prefix_caching:
-            max_blocks = (len(token_ids) - 1) // self.block_size
-            prefix = token_ids[: max_blocks * self.block_size]
-            for h in block_hashes(prefix, self.block_size, salt, spans):
+            hashes = self._prefix_hashes(token_ids, salt, spans)
+            loaded = []  # indexes of the blocks taken from disk
+            for h in hashes:
                 block_id = self._cached.get(h)
-                if block_id is None:
+                if block_id is not None:
+                    self._ref(block_id)
+                elif h in self.staged and self.num_free_blocks:
+                    block_id = self._load(h)
+                    loaded.append(len(table))
+                else:
                     break
-                self._ref(block_id)
                 table.append(block_id)
+            if loaded and self._on_change is not None:
+                self._tell_stored(loaded, hashes, token_ids)
         self._tables[seq_id] = table
         self._num_hashed[seq_id] = len(table)
         return len(table) * self.block_size
 
+    def _prefix_hashes(
+        self, token_ids: Sequence[int], salt: Hashable, spans: Sequence[Span]
+    ) -> list[int]:
+        """The hashes of the full blocks a prefix hit may cover (all but the last token)."""
+        max_blocks = (len(token_ids) - 1) // self.block_size
+        return block_hashes(token_ids[: max_blocks * self.block_size], self.block_size, salt, spans)
+
+    def _load(self, h: int) -> int:
+        """A free block for the staged block `h`: cached at once, filled by the runner
+        before the step (`take_moves`)."""
+        block = self._take_free()
+        block.ref_count, block.hash = 1, h
+        self._cached[h] = block.block_id
+        self._loads.append((block.block_id, self.staged.take(h)))
+        self.num_loaded_blocks += 1
+        return block.block_id
+
+    def disk_wanted(
+        self,
+        token_ids: Sequence[int],
+        salt: Hashable,
+        spans: Sequence[Span],
+        on_disk: Callable[[int], bool],
+    ) -> list[int]:
+        """The hashes a prefix hit could take from disk: those past its blocks in memory
+        (and already staged) that `on_disk` holds, in chain order."""
+        if not self.enable_prefix_caching:
+            return []
+        wanted = []
+        for h in self._prefix_hashes(token_ids, salt, spans):
+            if h in self._cached or h in self.staged:
+                continue
+            if not on_disk(h):
+                break
+            wanted.append(h)
+        return wanted
+
+    def take_moves(self) -> BlockMoves:
+        """The block saves, copies and loads asked since the last call, for the next
+        step (the runner makes them before its forward)."""
+        moves = BlockMoves(saves=tuple(self._saves), copies=tuple(self._copies),
+                           loads=tuple(self._loads))  # fmt: skip
+        self._saves, self._copies, self._loads = [], [], []
+        return moves
+
     def allocate(self, seq_id: str, num_tokens: int) -> bool:
         """Grow the table to cover `num_tokens` positions; False (nothing changed) if short."""
-        needed = self.blocks_needed(seq_id, num_tokens)
+        needed = self._blocks_needed(seq_id, num_tokens)
         if needed > self.num_free_blocks:
             return False
         table = self._tables.setdefault(seq_id, [])
@@ -195,6 +217,8 @@ class KVCacheManager:
         block = self._blocks[block_id]
         if block.hash is not None:
             del self._cached[block.hash]
+            if self._spill:
+                self._saves.append((block_id, block.hash))
             if self._on_change is not None:
                 self._on_change(BlocksRemoved((block.hash,)))
             block.hash = None
@@ -253,7 +277,7 @@ class KVCacheManager:
         beam that continues another): the full blocks are shared, a last partial block
         (which both will write into) is copied into a new one; False (nothing changed)
         when no block is free for that copy. The copy is made by the runner before the
-        next step's forward (`take_copies`)."""
+        next step's forward (`take_moves`)."""
         assert child not in self._tables, f"{child} already holds blocks"
         num_full, partial = divmod(num_tokens, self.block_size)
         if partial and not self.num_free_blocks:
@@ -271,11 +295,6 @@ class KVCacheManager:
         if parent in self._stale:
             self._stale.add(child)
         return True
-
-    def take_copies(self) -> tuple[tuple[int, int], ...]:
-        """The (source, destination) block copies asked since the last call, in order."""
-        copies, self._copies = tuple(self._copies), []
-        return copies
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Give back the blocks past the first `num_tokens` positions (those that held
@@ -305,15 +324,16 @@ class KVCacheManager:
             del self._free[block_id]
         block.ref_count += 1
 
-    def check_invariants(self) -> None:
-        """Raise AssertionError if the bookkeeping is inconsistent (tests call this)."""
-        refs = [0] * self.num_blocks
-        for table in self._tables.values():
-            for block_id in table:
-                refs[block_id] += 1
-        assert [b.block_id for b in self._blocks] == list(range(len(self._blocks)))
-        for block in self._blocks:
-            assert block.ref_count == refs[block.block_id], block
-            assert (block.ref_count == 0) == (block.block_id in self._free), block
-        for h, block_id in self._cached.items():
-            assert self._blocks[block_id].hash == h
+
+def check_invariants(kv: KVCacheManager) -> None:
+    """Raise AssertionError if the bookkeeping is inconsistent (tests call this)."""
+    refs = [0] * kv.num_blocks
+    for table in kv._tables.values():
+        for block_id in table:
+            refs[block_id] += 1
+    assert [b.block_id for b in kv._blocks] == list(range(len(kv._blocks)))
+    for block in kv._blocks:
+        assert block.ref_count == refs[block.block_id], block
+        assert (block.ref_count == 0) == (block.block_id in kv._free), block
+    for h, block_id in kv._cached.items():
+        assert kv._blocks[block_id].hash == h

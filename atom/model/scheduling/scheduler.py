@@ -19,7 +19,7 @@ step together, fork and drop between steps, and answer once the search is over.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.beams import Beams
@@ -61,7 +61,7 @@ class Scheduler:
         self._seqs: dict[str, Sequence] = {}  # insertion order is arrival order
         self._released: list[str] = []  # removed sequences the runner may forget
         self.stats = StepStats()
-        self._beams = Beams(kv, self._seqs, self.remove, self._ending)
+        self._beams = Beams(kv, self._seqs, self._remove, self._ending)
 
     @property
     def num_seqs(self) -> int:
@@ -98,7 +98,7 @@ class Scheduler:
         self._seqs.update((s.seq_id, s) for s in new)
         return new
 
-    def remove(self, seq_id: str) -> Sequence | None:
+    def _remove(self, seq_id: str) -> Sequence | None:
         seq = self._seqs.pop(seq_id, None)
         if seq is not None:
             self.kv.free(seq_id)
@@ -117,14 +117,14 @@ class Scheduler:
         how many choices that ended. A beam search ends only with its whole request:
         its beams stand for all its choices."""
         ended = 0
-        for seq in self.seqs_of(request_id):
+        for seq in self._seqs_of(request_id):
             if seq.group is not None:
                 if choice_idx is None:
                     is_first = seq is seq.group.beams[0].seq  # counts the group's choices once
                     ended += seq.group.state.width if is_first else 0
-                    self.remove(seq.seq_id)
+                    self._remove(seq.seq_id)
             elif choice_idx is None or choice_idx == seq.choice_idx:
-                self.remove(seq.seq_id)
+                self._remove(seq.seq_id)
                 ended += 1
         return ended
 
@@ -134,7 +134,7 @@ class Scheduler:
     def sequences(self) -> list[Sequence]:
         return list(self._seqs.values())
 
-    def seqs_of(self, request_id: str) -> list[Sequence]:
+    def _seqs_of(self, request_id: str) -> list[Sequence]:
         return [s for s in self._seqs.values() if s.request_id == request_id]
 
     # --- planning ------------------------------------------------------------------
@@ -155,6 +155,19 @@ class Scheduler:
         assert self.proposer is None or not self.proposer.runs_a_model
         return self.proposer.propose(self.draft_requests()) if self.proposer else {}
 
+    def disk_wanted(self, on_disk: Callable[[int], bool]) -> list[int]:
+        """The blocks on disk (`on_disk`) that the prefixes of sequences about to take
+        their first blocks could use, to read before planning (each sequence is looked
+        up once; prompt logprobs need every position computed)."""
+        wanted: list[int] = []
+        for seq in self._seqs.values():
+            if seq.is_disk_checked or seq.has_blocks or seq.params.prompt_logprobs is not None:
+                continue
+            seq.is_disk_checked = True
+            found = self.kv.disk_wanted(seq.token_ids, seq.prefix_salt, spans(seq.images), on_disk)
+            wanted.extend(found)
+        return list(dict.fromkeys(wanted))
+
     def schedule(self, drafts: Mapping[str, tuple[int, ...]] | None = None) -> StepPlan:
         """Plan one step within the token budget: decodes first (with the `drafts`
         proposed for them), then prefill chunks."""
@@ -162,7 +175,7 @@ class Scheduler:
         chunks = self._with_drafts(self._schedule_decodes(), drafts or {})
         planned = {c.seq_id for c in chunks}
         budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
-        loras = self.running_loras()
+        loras = self._running_loras()
         for seq in self._in_order():
             if budget <= 0:
                 break
@@ -178,7 +191,7 @@ class Scheduler:
             if seq.lora is not None:
                 loras.add(seq.lora)
             budget -= len(chunk.token_ids)
-        return StepPlan(chunks=tuple(chunks), copies=self.kv.take_copies())
+        return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves())
 
     def _schedule_decodes(self) -> list[SeqChunk]:
         chunks: list[SeqChunk] = []
@@ -228,12 +241,15 @@ class Scheduler:
         if not seq.has_blocks:
             # Prompt logprobs need logits at every prompt position: no prefix hit.
             salt = (None, f"prompt-logprobs:{seq.seq_id}") if wants_prompt else seq.prefix_salt
+            loaded = self.kv.num_loaded_blocks
             num_cached = self.kv.acquire_prefix(seq.seq_id, seq.token_ids, salt, spans(seq.images))
             seq.has_blocks, seq.num_computed = True, num_cached
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = num_cached
                 self.stats.prefix_cache_queries += seq.num_prompt_tokens
                 self.stats.prefix_cache_hits += num_cached
+                disk_blocks = self.kv.num_loaded_blocks - loaded
+                self.stats.prefix_cache_disk_hits += disk_blocks * self.kv.block_size
         end = min(len(seq.token_ids), seq.num_computed + budget)
         if wants_prompt and seq.num_computed == 0:
             end = len(seq.token_ids)  # one chunk, over budget if need be, to see every position
@@ -303,7 +319,7 @@ class Scheduler:
             seq.seq_id, seq.token_ids, seq.num_computed, seq.prefix_salt, spans(seq.images)
         )
 
-    def running_loras(self) -> set[str]:
+    def _running_loras(self) -> set[str]:
         """The adapters of the sequences that hold blocks (running, maybe mid-prompt)."""
         return {s.lora for s in self._seqs.values() if s.has_blocks and s.lora is not None}
 
@@ -331,7 +347,7 @@ class Scheduler:
             self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
             self._commit(seq)
             if output.finish_reason is not None:  # its blocks stay cached for later hits
-                self.remove(seq.seq_id)
+                self._remove(seq.seq_id)
             outputs.append(output)
         return outputs
 

@@ -41,6 +41,7 @@ class Sequence:
     lora: str | None = None  # the LoRA adapter it runs with (None: the base model)
     images: tuple[PromptImage, ...] = ()  # the prompt's images (atom/vocabulary/images.py)
     group: BeamGroup | None = None  # the beam search it is a beam of (use_beam_search)
+    is_disk_checked: bool = False  # its prefix was looked up in the disk tier
 
     @property
     def num_output(self) -> int:
@@ -94,7 +95,8 @@ class StepStats:
 
     num_preemptions: int = 0
     prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
+    prefix_cache_hits: int = 0  # in memory or on disk
+    prefix_cache_disk_hits: int = 0
 
 
 def choice_seed(seed: int, choice_idx: int) -> int:
