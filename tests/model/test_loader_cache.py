@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from atom.model.gguf_folder import _content_key, _drop_older_copies
+from atom.model.gguf_folder import _drop_older_copies, content_key
 
 
 def test_the_same_content_gets_the_same_key_whatever_its_time_or_place(tmp_path: Path) -> None:
@@ -17,12 +17,12 @@ def test_the_same_content_gets_the_same_key_whatever_its_time_or_place(tmp_path:
     copy.parent.mkdir()
     shutil.copyfile(original, copy)
     os.utime(copy, (1, 1))
-    assert _content_key(copy) == _content_key(original)
+    assert content_key(copy) == content_key(original)
     with open(copy, "r+b") as f:  # one byte of the header changed (never to itself)
         first = f.read(1)[0]
         f.seek(0)
         f.write(bytes([first ^ 0xFF]))
-    assert _content_key(copy) != _content_key(original)
+    assert content_key(copy) != content_key(original)
 
 
 def test_older_copies_of_the_same_file_are_removed_and_nothing_else(tmp_path: Path) -> None:
