@@ -115,8 +115,9 @@ def load_runtime(
 
     from atom.model.forward.kernels import cpu_ops
     from atom.model.kv_tier import DiskTier, fingerprint
+    from atom.model.paged_cache import kv_bytes_per_block
     from atom.model.parallel import TensorParallelRunner, start_ranks
-    from atom.model.torch_runner import TorchRunner, kv_bytes_per_block
+    from atom.model.torch_runner import TorchRunner
 
     device, dtype_name = device_and_dtype(settings)
     others: tuple[Connection, ...] = ()  # rank 0's pipes to the other ranks

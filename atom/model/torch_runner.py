@@ -21,6 +21,7 @@ from atom.model.forward.attention import (
 from atom.model.kv_tier import DiskTier
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.lora.mixing import LoraSlots
+from atom.model.paged_cache import PagedCache
 from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
@@ -33,20 +34,6 @@ from atom.model.vision.placement import ImageRows
 def _trace_range(name: str) -> AbstractContextManager[object]:
     """A named range in the trace while POST /start_profile runs (a no-op otherwise)."""
     return record_function(name) if torch.autograd._profiler_enabled() else nullcontext()
-
-
-def kv_layout(config: Any) -> tuple[int, int, int]:
-    """(layers, kv heads, head dim) of a model's KV cache."""
-    text = config.get_text_config()
-    kv_heads = int(getattr(text, "num_key_value_heads", text.num_attention_heads))
-    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
-    return int(text.num_hidden_layers), kv_heads, head_dim
-
-
-def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
-    layers, kv_heads, head_dim = kv_layout(config)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return layers * 2 * block_size * kv_heads * head_dim * itemsize
 
 
 class TorchRunner:
@@ -77,12 +64,10 @@ class TorchRunner:
         self.max_model_len = max_model_len
         self.num_blocks = num_blocks
         self.block_size = block_size
-        layers, kv_heads, head_dim = kv_layout(model.config)
         param = next(model.parameters())
         self._device = param.device
-        self._kv_shape = (layers, 2, num_blocks * block_size, kv_heads, head_dim)
         self._kv_dtype = kv_dtype or param.dtype
-        self._layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+        self.kv_cache: PagedCache | None = None  # None while asleep
         self._allocate_kv_cache()
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
@@ -92,11 +77,9 @@ class TorchRunner:
         self.disk = disk
 
     def _allocate_kv_cache(self) -> None:
-        self.kv_cache: torch.Tensor | None = torch.zeros(
-            self._kv_shape, dtype=self._kv_dtype, device=self._device
+        self.kv_cache = PagedCache(
+            self.model.config, self.num_blocks, self.block_size, self._kv_dtype, self._device
         )
-        # Views made once, not by indexing the cache per layer at every step.
-        self._layer_caches = tuple((layer[0], layer[1]) for layer in self.kv_cache)
 
     def add_lora(self, adapter: LoraAdapter) -> None:
         self.loras.add(adapter)
@@ -109,7 +92,7 @@ class TorchRunner:
         self.model = weights
 
     def sleep(self, level: int) -> None:
-        self.kv_cache, self._layer_caches = None, ()
+        self.kv_cache = None
         if level >= 2:
             self.model = None
         elif self._device.type != "cpu":
@@ -140,24 +123,16 @@ class TorchRunner:
 
     def _move_blocks(self, moves: BlockMoves) -> None:
         """Before the forward: blocks saved to the disk tier, copied, loaded from it."""
-        if self.kv_cache is None:
+        cache = self.kv_cache
+        if cache is None:
             return
         if self.disk is not None:
             for block_id, block_hash in moves.saves:
-                block = self.kv_cache[:, :, self._slots(block_id)].contiguous()
-                self.disk.write(block_hash, block.cpu().view(torch.uint8).numpy().tobytes())
+                self.disk.write(block_hash, cache.block_bytes(block_id))
         if moves.copies:
-            sources = torch.cat([self._slots(source) for source, _ in moves.copies])
-            targets = torch.cat([self._slots(target) for _, target in moves.copies])
-            self.kv_cache[:, :, targets] = self.kv_cache[:, :, sources]
+            cache.copy(moves.copies)
         for block_id, payload in moves.loads:
-            rows = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(self._kv_dtype)
-            shape = (*self._kv_shape[:2], self.block_size, *self._kv_shape[3:])
-            self.kv_cache[:, :, self._slots(block_id)] = rows.view(shape).to(self._device)
-
-    def _slots(self, block_id: int) -> torch.Tensor:
-        start = block_id * self.block_size
-        return torch.arange(start, start + self.block_size, device=self._device)
+            cache.fill(block_id, payload)
 
     def _sample(
         self, picked: list[SeqChunk], logits: torch.Tensor, keep: dict[str, list[int]]
@@ -302,7 +277,7 @@ class TorchRunner:
                     )
                 )
         return StepMeta(
-            layer_caches=self._layer_caches,
+            layer_caches=() if self.kv_cache is None else self.kv_cache.layers,
             write_slots=torch.tensor(write, device=dev),
             prefills=tuple(prefills),
             decode=self._decode_group(decodes) if decodes else None,

@@ -28,6 +28,7 @@ class KVCacheDtype(StrEnum):
     FLOAT32 = "float32"
     FLOAT16 = "float16"
     BFLOAT16 = "bfloat16"
+    INT8 = "int8"  # per token and kv head scales (atom/model/paged_cache.py)
 
 
 class CpuKernels(StrEnum):

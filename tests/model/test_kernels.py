@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from atom.model.forward.attention import GatherDecode, KernelDecode, Scoring
+from atom.model.forward.attention import (
+    GatherDecode,
+    Int8Rows,
+    KernelDecode,
+    Scoring,
+    read_rows,
+    write_rows,
+)
 from atom.model.forward.kernels import (
     X86,
     _cpu_flags,
@@ -84,6 +91,22 @@ def test_kernel_matches_gather_then_sdpa(
         widened = kernel.attend(q, narrow_k.float(), narrow_v.float(), how)
         assert torch.equal(kernel.attend(q, narrow_k, narrow_v, how), widened)
         torch.testing.assert_close(gather.attend(q, narrow_k, narrow_v, how), widened)
+    # --kv-cache-dtype int8: the kernel reads the values and scales as the gather widens them
+    all_slots = torch.arange(num_blocks * block_size)
+    k8, v8 = (
+        Int8Rows(torch.zeros(c.shape, dtype=torch.int8), torch.zeros(c.shape[:2]))
+        for c in (k_cache, v_cache)
+    )
+    write_rows(k8, all_slots, k_cache)
+    write_rows(v8, all_slots, v_cache)
+    dequantized = [read_rows(c, all_slots, torch.float32) for c in (k8, v8)]
+    assert (dequantized[0] - k_cache).abs().max() <= k_cache.abs().max() / 254 + 1e-6
+    torch.testing.assert_close(
+        kernel.attend(q, k8, v8, how), gather.attend(q, k8, v8, how), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        kernel.attend(q, k8, v8, how), kernel.attend(q, *dequantized, how), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 70])  # groups of 4, blocks of 32
@@ -192,6 +215,34 @@ def test_add_rms_norm_matches_torch(tokens: int, has_delta: bool) -> None:
     got = built_ops().add_rms_norm(x, delta, weight, 1e-5)
     torch.testing.assert_close(x, x_torch)  # the residual stream, updated in place
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 33])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 4, 16)])
+def test_rope_write_into_an_int8_cache_matches_torch(
+    tokens: int, heads: int, kv_heads: int, dim: int
+) -> None:
+    """The same rounding: values and scales equal, bar a last-bit difference of rotated K."""
+    gen = torch.Generator().manual_seed(tokens * heads + 1)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    qkv[0, (heads + kv_heads) * dim : (heads + kv_heads + 1) * dim] = 0.0  # an all-zero V head
+    angles = torch.rand(tokens, dim // 2, generator=gen) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    slots = torch.randperm(64, generator=gen)[:tokens]
+    values = [torch.zeros(64, kv_heads, dim, dtype=torch.int8) for _ in range(4)]
+    scales = [torch.zeros(64, kv_heads) for _ in range(4)]
+    qkv_torch = qkv.clone()
+    TorchOps.rope_write(
+        qkv_torch, cos, sin, values[0], values[1], slots, heads, kv_heads, scales[0], scales[1]
+    )
+    built_ops().rope_write(
+        qkv, cos, sin, values[2], values[3], slots, heads, kv_heads, scales[2], scales[3]
+    )
+    assert torch.equal(values[3], values[1]) and torch.equal(scales[3], scales[1])
+    assert (values[2].int() - values[0].int()).abs().max() <= 1
+    torch.testing.assert_close(scales[2], scales[0], rtol=1e-6, atol=0)
+    assert scales[3][slots[0], 0] == 0 and not values[3][slots[0], 0].any()
+    assert values[2][slots].abs().amax(dim=-1).min() == 127  # each head spans the range
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16, torch.bfloat16])

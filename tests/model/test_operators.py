@@ -43,6 +43,7 @@ def chunk(i: int, token_ids: tuple[int, ...], start: int) -> SeqChunk:
         ("q5", 3, None),
         ("q6", 2, None),
         (None, 2, torch.bfloat16),
+        ("int4", 3, torch.int8),  # --kv-cache-dtype int8
     ],
 )
 @pytest.mark.parametrize("config_cls", [LlamaConfig, Qwen2Config])

@@ -13,10 +13,10 @@ import torch
 
 from atom.http.media import MediaPolicy, load_image
 from atom.model.loader import load_runtime
+from atom.model.paged_cache import kv_bytes_per_block
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.torch_runner import kv_bytes_per_block
 from atom.text.prompt import IMAGE_PART, TemplateControls, render_chat
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import Submit

@@ -11,6 +11,10 @@ KV slot of every new token and how to read each sequence back:
   kernel in `atom.model.forward.kernels`); `GatherDecode` does one padded gather and one
   batched SDPA with a length mask (any device).
 
+An int8 cache (`--kv-cache-dtype int8`) holds each layer's K and V as `Int8Rows`: int8
+values and one float32 scale a token and kv head (max |x| / 127); `write_rows` and
+`read_rows` quantize and widen them, the kernels take the scales beside the values.
+
 Layers may ask for a sliding window (only the last `sliding_window` positions
 are attended: Mistral, Gemma 2/3, Cohere 2) and a score soft-cap (Gemma 2);
 transformers passes both as keywords, and every path honours them.
@@ -36,6 +40,49 @@ DecodeKernel = Callable[
 
 
 KERNEL_OFF = 0  # paged_decode's window and softcap arguments: 0 means none (csrc/ops.h)
+
+
+@dataclass(frozen=True, slots=True)
+class Int8Rows:
+    """One layer's K or V in an int8 cache: `values` [slots, kv_heads, dim] int8 and
+    `scales` [slots, kv_heads] float32; a row is values * scale."""
+
+    values: torch.Tensor
+    scales: torch.Tensor
+
+
+Rows = torch.Tensor | Int8Rows  # one layer's K or V cache
+
+
+def write_rows(cache: Rows, slots: torch.Tensor, x: torch.Tensor) -> None:
+    """Rows x [tokens, kv_heads, dim] into `slots`: rounded to the cache's dtype, or for
+    int8 times the inverse of each head's scale (max |x| * (1 / 127)) and rounded to
+    nearest even, the same arithmetic as the CPU kernel's rope_write (csrc/layer.cpp)."""
+    if isinstance(cache, torch.Tensor):
+        cache.index_copy_(0, slots, x.to(cache.dtype))
+        return
+    x = x.float()
+    scale = x.abs().amax(dim=-1) * (1.0 / 127.0)
+    inverse = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    cache.values.index_copy_(0, slots, torch.round(x * inverse[..., None]).to(torch.int8))
+    cache.scales.index_copy_(0, slots, scale)
+
+
+def read_rows(cache: Rows, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The rows at `slots` [n] (any shape of slots: the rows take its shape), widened."""
+    if isinstance(cache, torch.Tensor):
+        return cache.index_select(0, slots.flatten()).to(dtype)
+    values = cache.values.index_select(0, slots.flatten()).to(dtype)
+    return values * cache.scales.index_select(0, slots.flatten()).to(dtype)[..., None]
+
+
+def kernel_caches(k: Rows, v: Rows) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The CPU kernels' cache arguments: the K and V tensors, and an int8 cache's scales."""
+    if isinstance(k, torch.Tensor):
+        assert isinstance(v, torch.Tensor)
+        return k, v, {}
+    assert isinstance(v, Int8Rows)
+    return k.values, v.values, {"k_scales": k.scales, "v_scales": v.scales}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +112,7 @@ class DecodeGroup(Protocol):
     def q_idx(self) -> torch.Tensor: ...
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
+        self, q: torch.Tensor, k_cache: Rows, v_cache: Rows, scoring: Scoring
     ) -> torch.Tensor:
         """q [batch, heads, dim] → [batch, heads, dim]."""
         ...
@@ -82,15 +129,16 @@ class GatherDecode:
     mask: torch.Tensor
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
+        self, q: torch.Tensor, k_cache: Rows, v_cache: Rows, scoring: Scoring
     ) -> torch.Tensor:
-        shape = (*self.read_slots.shape, *k_cache.shape[1:])  # [batch, max_len, kv_heads, dim]
-        flat = self.read_slots.flatten()
-        k = k_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3).to(q.dtype)
-        v = v_cache.index_select(0, flat).view(shape).permute(0, 2, 1, 3).to(q.dtype)
+        batch, max_len = self.read_slots.shape
+        k = read_rows(k_cache, self.read_slots, q.dtype)
+        v = read_rows(v_cache, self.read_slots, q.dtype)
+        k = k.view(batch, max_len, *k.shape[1:]).permute(0, 2, 1, 3)  # [batch, kv_heads, len, dim]
+        v = v.view(batch, max_len, *v.shape[1:]).permute(0, 2, 1, 3)
         mask = self.mask
         if scoring.window is not None:
-            positions = torch.arange(shape[1], device=mask.device)
+            positions = torch.arange(max_len, device=mask.device)
             recent = positions[None, :] >= (self.seq_lens - scoring.window)[:, None]
             mask = mask & recent[:, None, None, :]
         return attend(q.unsqueeze(2), k, v, mask, scoring)[:, :, 0]
@@ -107,32 +155,35 @@ class KernelDecode:
     kernel: DecodeKernel
 
     def attend(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scoring: Scoring
+        self, q: torch.Tensor, k_cache: Rows, v_cache: Rows, scoring: Scoring
     ) -> torch.Tensor:
+        k, v, scales = kernel_caches(k_cache, v_cache)
         return self.kernel(
             q,
-            k_cache,
-            v_cache,
+            k,
+            v,
             self.block_tables,
             self.seq_lens,
             self.block_size,
             scoring.scale,
             KERNEL_OFF if scoring.window is None else scoring.window,
             KERNEL_OFF if scoring.softcap is None else scoring.softcap,
+            **scales,
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepMeta:
-    layer_caches: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v), the runner's
+    layer_caches: tuple[tuple[Rows, Rows], ...]  # per layer (k, v), the runner's
     write_slots: torch.Tensor  # [num_tokens]
     prefills: tuple[PrefillSlice, ...]
     decode: DecodeGroup | None
     lora: LoraStep | None = None  # the step's adapters and their rows (docs/lora.md)
 
-    def layer_cache(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def layer_cache(self, layer: int) -> tuple[Rows, Rows]:
         """(k_cache, v_cache) of one layer, each [num_slots, kv_heads, head_dim], in the
-        cache's own dtype (`--kv-cache-dtype`): written rounded to it, read back widened."""
+        cache's own dtype (`--kv-cache-dtype`): written rounded to it (int8: quantized,
+        `Int8Rows`), read back widened."""
         return self.layer_caches[layer]
 
 
@@ -156,14 +207,14 @@ def paged_attention(
         softcap=softcap,
     )
     k_cache, v_cache = step_meta.layer_cache(int(module.layer_idx))  # type: ignore[arg-type]
-    k_cache.index_copy_(0, step_meta.write_slots, key[0].transpose(0, 1).to(k_cache.dtype))
-    v_cache.index_copy_(0, step_meta.write_slots, value[0].transpose(0, 1).to(v_cache.dtype))
+    write_rows(k_cache, step_meta.write_slots, key[0].transpose(0, 1))
+    write_rows(v_cache, step_meta.write_slots, value[0].transpose(0, 1))
     out = attend_written(query[0].transpose(0, 1), k_cache, v_cache, step_meta, scoring)
     return out.unsqueeze(0), None
 
 
 def attend_written(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMeta, scoring: Scoring
+    q: torch.Tensor, k_cache: Rows, v_cache: Rows, meta: StepMeta, scoring: Scoring
 ) -> torch.Tensor:
     """Attention of the step's queries q [tokens, heads, dim] (rows may be strided) over
     one layer's cache, which already holds this step's K/V; returns [tokens, heads, dim]."""
@@ -181,14 +232,10 @@ def attend_written(
 
 
 def _prefill(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    s: PrefillSlice,
-    scoring: Scoring,
+    q: torch.Tensor, k_cache: Rows, v_cache: Rows, s: PrefillSlice, scoring: Scoring
 ) -> torch.Tensor:
-    k = k_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0).to(q.dtype)
-    v = v_cache.index_select(0, s.read_slots).transpose(0, 1).unsqueeze(0).to(q.dtype)
+    k = read_rows(k_cache, s.read_slots, q.dtype).transpose(0, 1).unsqueeze(0)
+    v = read_rows(v_cache, s.read_slots, q.dtype).transpose(0, 1).unsqueeze(0)
     if s.start_pos == 0 and scoring.window is None and scoring.softcap is None:
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=scoring.scale, enable_gqa=True

@@ -29,6 +29,7 @@ from atom.model.forward.attention import (
     Scoring,
     StepMeta,
     attend_written,
+    kernel_caches,
 )
 from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack
 from atom.model.lora.mixing import KernelRows, LoraStep
@@ -114,8 +115,9 @@ class LlamaLayer(nn.Module):
         h = ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon)
         qkv = self._project(self.qkv_proj, "qkv", h, lora)
         k_cache, v_cache = step_meta.layer_cache(self.layer_idx)
+        k, v, scales = kernel_caches(k_cache, v_cache)
         ops.rope_write(
-            qkv, cos, sin, k_cache, v_cache, step_meta.write_slots, heads, self.num_kv_heads
+            qkv, cos, sin, k, v, step_meta.write_slots, heads, self.num_kv_heads, **scales
         )
         q = qkv.view(tokens, -1, self.head_dim)[:, :heads]
         out = attend_written(q, k_cache, v_cache, step_meta, self.scoring)

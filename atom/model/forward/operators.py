@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atom.model.forward.attention import KernelDecode, StepMeta
+from atom.model.forward.attention import (
+    Int8Rows,
+    KernelDecode,
+    Rows,
+    StepMeta,
+    kernel_caches,
+    write_rows,
+)
 from atom.model.forward.kernels import ProjectionKind
 from atom.model.lora.mixing import KernelRows, LoraStep
 
@@ -49,16 +56,21 @@ class TorchOps:
         slots: torch.Tensor,
         heads: int,
         kv_heads: int,
+        k_scales: torch.Tensor | None = None,
+        v_scales: torch.Tensor | None = None,
     ) -> None:
         """Rotate q/k heads of qkv [tokens, (heads + 2 kv_heads) * dim] in place by
-        cos/sin [tokens, dim] (rotate_half convention); write K/V to the cache rows."""
+        cos/sin [tokens, dim] (rotate_half convention); write K/V to the cache rows (an
+        int8 cache's with its scales, as the kernel's `rope_write`)."""
         x = qkv.view(qkv.shape[0], heads + 2 * kv_heads, -1)
         qk = x[:, : heads + kv_heads]
         half = x.shape[-1] // 2
         rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
         qk.copy_(qk * cos[:, None] + rotated)
-        k_cache.index_copy_(0, slots, x[:, heads : heads + kv_heads].to(k_cache.dtype))
-        v_cache.index_copy_(0, slots, x[:, heads + kv_heads :].to(v_cache.dtype))
+        k: Rows = k_cache if k_scales is None else Int8Rows(k_cache, k_scales)
+        v: Rows = v_cache if v_scales is None else Int8Rows(v_cache, v_scales)
+        write_rows(k, slots, x[:, heads : heads + kv_heads])
+        write_rows(v, slots, x[:, heads + kv_heads :])
 
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -82,12 +94,15 @@ class DecodeStack:
     ) -> torch.Tensor:
         decode = meta.decode
         assert isinstance(decode, KernelDecode)
+        caches = [kernel_caches(k, v) for k, v in meta.layer_caches]
         return self.stack.run(  # type: ignore[no-any-return]
             x,
             cos,
             sin,
-            [k for k, _ in meta.layer_caches],
-            [v for _, v in meta.layer_caches],
+            [k for k, _, _ in caches],
+            [v for _, v, _ in caches],
+            [scales["k_scales"] for _, _, scales in caches if scales],
+            [scales["v_scales"] for _, _, scales in caches if scales],
             meta.write_slots,
             decode.block_tables,
             decode.seq_lens,

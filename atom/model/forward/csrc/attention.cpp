@@ -20,10 +20,12 @@
 
 namespace {
 
-// The cache holds float32, float16 or bfloat16 (`--kv-cache-dtype`); rows are read as
-// float32, eight values at a time.
+// The cache holds float32, float16, bfloat16 or int8 (`--kv-cache-dtype`); rows are read
+// as float32, eight values at a time. An int8 row has one float32 scale a token and kv
+// head (the row is values * scale), applied to the scores (K) and the weights (V).
 inline float to_float(c10::Half v) { return static_cast<float>(v); }
 inline float to_float(c10::BFloat16 v) { return static_cast<float>(v); }
+inline float to_float(int8_t v) { return static_cast<float>(v); }
 
 #ifdef __AVX2__
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -33,6 +35,10 @@ inline __m256 load8(const c10::Half* p) {
 inline __m256 load8(const c10::BFloat16* p) {  // a bfloat16 is a float32's top 16 bits
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 #endif
 
@@ -154,13 +160,15 @@ struct DecodeArgs {
   const int64_t* lens;
   float scale, cap;
   float* out;
+  const float* k_scales;  // int8 rows: [num_slots, KV] (else null)
+  const float* v_scales;
 };
 
 // One task per (sequence, query head) over cache rows of element type T.
 template <typename T>
 void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
   at::parallel_for(0, a.B * a.H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, scratch(a.D);
+    std::vector<float> scores, scratch(a.D), k_scale, v_scale;
     std::vector<const T*> k_rows, v_rows;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / a.H, h = task % a.H;
@@ -171,6 +179,10 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
       scores.resize(len);
       k_rows.resize(len);
       v_rows.resize(len);
+      if (a.k_scales != nullptr) {
+        k_scale.resize(len);
+        v_scale.resize(len);
+      }
       // the rows block by block: one division a block, not two a position (an integer
       // division costs ~15 cycles, and a step of 32 sequences of 256 tokens asks for
       // ~2.2 million positions)
@@ -181,15 +193,26 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
         for (int64_t o = 0; o < n; ++o, ++i) {
           k_rows[i] = kp + (base + o) * a.row + kv_offset;
           v_rows[i] = vp + (base + o) * a.row + kv_offset;
+          if (a.k_scales != nullptr) {
+            const int64_t at = (base + o) * (a.row / a.D) + kv_offset / a.D;
+            k_scale[i] = a.k_scales[at];
+            v_scale[i] = a.v_scales[at];
+          }
         }
         pos += n;
       }
       scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), v_rows.data(), len, a.D, a.scale,
                 scores.data(), scratch.data());
+      if (a.k_scales != nullptr) {
+        for (int64_t i = 0; i < len; ++i) scores[i] *= k_scale[i];
+      }
       if (a.cap > 0.f) {
         for (auto& v : scores) v = a.cap * std::tanh(v / a.cap);
       }
       softmax(scores.data(), len);
+      if (a.v_scales != nullptr) {  // Σ p v = Σ (p * scale) values
+        for (int64_t i = 0; i < len; ++i) scores[i] *= v_scale[i];
+      }
       weighted_sum(scores.data(), v_rows.data(), len, a.D, a.out + (b * a.H + h) * a.D,
                    scratch.data());
     }
@@ -199,17 +222,26 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
 }  // namespace
 
 // query [B, H, D] float32; k_cache, v_cache [num_slots, KV, D] (one layer, contiguous;
-// float32, float16 or bfloat16);
+// float32, float16, bfloat16, or int8 with k_scales, v_scales [num_slots, KV] float32);
 // block_tables [B, max_blocks] int64; seq_lens [B] int64 (each >= 1). `window` > 0 keeps
 // the last `window` positions only (sliding-window layers); `softcap` > 0 caps the
 // scores as softcap * tanh(score / softcap) (Gemma 2). Returns [B, H, D].
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
-                           int64_t block_size, double scale, int64_t window, double softcap) {
+                           int64_t block_size, double scale, int64_t window, double softcap,
+                           c10::optional<torch::Tensor> k_scales,
+                           c10::optional<torch::Tensor> v_scales) {
   const auto kind = k_cache.scalar_type();
   TORCH_CHECK(query.scalar_type() == torch::kFloat32 && v_cache.scalar_type() == kind &&
-                  (kind == torch::kFloat32 || kind == torch::kHalf || kind == torch::kBFloat16),
-              "paged_decode: float32 queries, a float32, float16 or bfloat16 cache");
+                  (kind == torch::kFloat32 || kind == torch::kHalf ||
+                   kind == torch::kBFloat16 || kind == torch::kChar),
+              "paged_decode: float32 queries, a float32, float16, bfloat16 or int8 cache");
+  const bool scaled = kind == torch::kChar;
+  TORCH_CHECK(scaled == (k_scales.has_value() && v_scales.has_value()),
+              "paged_decode: an int8 cache, and only it, comes with its scales");
+  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kFloat32 && k_scales->is_contiguous() &&
+                          v_scales->scalar_type() == torch::kFloat32 && v_scales->is_contiguous()),
+              "paged_decode: contiguous float32 scales");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "paged_decode: cache layout");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "paged_decode: int64 block tables and lengths");
@@ -223,8 +255,12 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Te
   const DecodeArgs args{q.data_ptr<float>(), q.stride(0), B, H, D, H / KV, KV * D,
                         tables.size(1), block_size, window, tables.data_ptr<int64_t>(),
                         lens.data_ptr<int64_t>(), static_cast<float>(scale),
-                        static_cast<float>(softcap), out.data_ptr<float>()};
-  if (kind == torch::kHalf) {
+                        static_cast<float>(softcap), out.data_ptr<float>(),
+                        scaled ? k_scales->data_ptr<float>() : nullptr,
+                        scaled ? v_scales->data_ptr<float>() : nullptr};
+  if (kind == torch::kChar) {
+    decode_tasks(args, k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>());
+  } else if (kind == torch::kHalf) {
     decode_tasks(args, k_cache.data_ptr<c10::Half>(), v_cache.data_ptr<c10::Half>());
   } else if (kind == torch::kBFloat16) {
     decode_tasks(args, k_cache.data_ptr<c10::BFloat16>(), v_cache.data_ptr<c10::BFloat16>());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 // The small per-layer operators of ATOM's own forward (atom/model/forward/llama_forward.py), fused so a
 // decode layer is a handful of calls instead of ~60: torch runs each as several
@@ -69,27 +70,50 @@ void store_row(const float* from, int64_t n, T* to) {
   for (int64_t i = 0; i < n; ++i) to[i] = static_cast<T>(from[i]);
 }
 
+// n float32 values into an int8 cache row of `heads` heads of D: each head's scale is
+// max |x| * (1 / 127) (written to `scales`), its values x * (1 / scale) rounded to nearest
+// even, exactly as atom/model/forward/attention.py's write_rows computes them (written
+// as products: -ffast-math would turn a division into one anyway).
+void store_row_int8(const float* from, int64_t heads, int64_t D, int8_t* to, float* scales) {
+  constexpr float kInv127 = 1.f / 127.f;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* x = from + h * D;
+    float amax = 0.f;
+    for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = amax * kInv127;
+    const float inv = scale > 0.f ? 1.f / scale : 0.f;
+    for (int64_t i = 0; i < D; ++i) to[h * D + i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
+    scales[h] = scale;
+  }
+}
+
 // qkv [T, (H + 2 KV) * D]: rotates the H query and KV key heads in place by cos/sin
 // [T, D], then copies each token's (rotated) K and V heads into row slots[t] of
-// k_cache/v_cache [num_slots, KV, D] (float32, float16 or bfloat16). The query heads
-// stay in qkv for attention.
+// k_cache/v_cache [num_slots, KV, D] (float32, float16 or bfloat16; or int8, with each
+// head's scale into k_scales/v_scales [num_slots, KV]). The query heads stay in qkv.
 template <typename T>
 void rope_write_rows(const torch::Tensor& qkv, const float* cp, const float* sp, const int64_t* slp,
-                     T* kp, T* vp, int64_t H, int64_t KV, int64_t D) {
+                     T* kp, T* vp, float* ksp, float* vsp, int64_t H, int64_t KV, int64_t D) {
   const int64_t T_ = qkv.size(0), width = qkv.size(1), row = KV * D;
   float* qp = qkv.data_ptr<float>();
   at::parallel_for(0, T_, kRowsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* x = qp + t * width;
       for (int64_t h = 0; h < H + KV; ++h) rotate(x + h * D, cp + t * D, sp + t * D, D);
-      store_row(x + H * D, row, kp + slp[t] * row);
-      store_row(x + (H + KV) * D, row, vp + slp[t] * row);
+      if constexpr (std::is_same_v<T, int8_t>) {
+        store_row_int8(x + H * D, KV, D, kp + slp[t] * row, ksp + slp[t] * KV);
+        store_row_int8(x + (H + KV) * D, KV, D, vp + slp[t] * row, vsp + slp[t] * KV);
+      } else {
+        store_row(x + H * D, row, kp + slp[t] * row);
+        store_row(x + (H + KV) * D, row, vp + slp[t] * row);
+      }
     }
   });
 }
 
 void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_cache,
-                torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV) {
+                torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV,
+                c10::optional<torch::Tensor> k_scales, c10::optional<torch::Tensor> v_scales) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "rope_write: contiguous float32 qkv [tokens, width]");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() &&
@@ -100,20 +124,31 @@ void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::
   TORCH_CHECK(width == (H + 2 * KV) * D && k_cache.size(1) == KV, "rope_write: head shapes");
   auto c = cos.contiguous(), s = sin.contiguous(), sl = slots.contiguous();
   TORCH_CHECK(c.numel() == T * D && s.numel() == T * D && sl.numel() == T, "rope_write: sizes");
+  const bool scaled = k_cache.scalar_type() == torch::kChar;
+  TORCH_CHECK(scaled == (k_scales.has_value() && v_scales.has_value()),
+              "rope_write: an int8 cache, and only it, comes with its scales");
+  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kFloat32 && k_scales->is_contiguous() &&
+                          v_scales->scalar_type() == torch::kFloat32 && v_scales->is_contiguous()),
+              "rope_write: contiguous float32 scales");
   const float* cp = c.data_ptr<float>();
   const float* sp = s.data_ptr<float>();
   const int64_t* slp = sl.data_ptr<int64_t>();
   switch (k_cache.scalar_type()) {
     case torch::kFloat32:
-      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), H, KV, D);
+      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
+                             nullptr, nullptr, H, KV, D);
     case torch::kHalf:
       return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<c10::Half>(),
-                             v_cache.data_ptr<c10::Half>(), H, KV, D);
+                             v_cache.data_ptr<c10::Half>(), nullptr, nullptr, H, KV, D);
     case torch::kBFloat16:
       return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<c10::BFloat16>(),
-                             v_cache.data_ptr<c10::BFloat16>(), H, KV, D);
+                             v_cache.data_ptr<c10::BFloat16>(), nullptr, nullptr, H, KV, D);
+    case torch::kChar:
+      return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<int8_t>(),
+                             v_cache.data_ptr<int8_t>(), k_scales->data_ptr<float>(),
+                             v_scales->data_ptr<float>(), H, KV, D);
     default:
-      TORCH_CHECK(false, "rope_write: a float32, float16 or bfloat16 cache");
+      TORCH_CHECK(false, "rope_write: a float32, float16, bfloat16 or int8 cache");
   }
 }
 

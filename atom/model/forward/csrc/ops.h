@@ -8,9 +8,12 @@
 
 #include <string>
 
+// An int8 cache comes with its scales [num_slots, KV] (float32): a row is values * scale.
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
-                           int64_t block_size, double scale, int64_t window, double softcap);
+                           int64_t block_size, double scale, int64_t window, double softcap,
+                           c10::optional<torch::Tensor> k_scales,
+                           c10::optional<torch::Tensor> v_scales);
 
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor weight, torch::Tensor scale,
                           c10::optional<torch::Tensor> bias);
@@ -37,7 +40,8 @@ torch::Tensor add_rms_norm(torch::Tensor x, c10::optional<torch::Tensor> delta,
                            torch::Tensor weight, double eps);
 
 void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor k_cache,
-                torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV);
+                torch::Tensor v_cache, torch::Tensor slots, int64_t H, int64_t KV,
+                c10::optional<torch::Tensor> k_scales, c10::optional<torch::Tensor> v_scales);
 
 torch::Tensor silu_mul(torch::Tensor gate_up);
 
@@ -76,10 +80,13 @@ class DecodeStack {
   void set_lora(std::vector<LoraSlotStack> stacks);
   // x [T, hidden] is the residual stream, updated in place up to the last layer's
   // input; returns the last layer's delta (its MLP output), as the Python layers do.
-  // `lora_slots`: each row's LoRA slot (-1: none), with set_lora's stacks.
+  // `lora_slots`: each row's LoRA slot (-1: none), with set_lora's stacks. `k_scales`,
+  // `v_scales`: an int8 cache's scales, one a layer (empty for other caches).
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                     const std::vector<torch::Tensor>& k_caches,
-                    const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
+                    const std::vector<torch::Tensor>& v_caches,
+                    const std::vector<torch::Tensor>& k_scales,
+                    const std::vector<torch::Tensor>& v_scales, torch::Tensor slots,
                     torch::Tensor block_tables, torch::Tensor seq_lens, int64_t block_size,
                     c10::optional<torch::Tensor> lora_slots) const;
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }

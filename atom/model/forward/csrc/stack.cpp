@@ -31,12 +31,17 @@ void DecodeStack::set_lora(std::vector<LoraSlotStack> stacks) {
 
 torch::Tensor DecodeStack::run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                                const std::vector<torch::Tensor>& k_caches,
-                               const std::vector<torch::Tensor>& v_caches, torch::Tensor slots,
+                               const std::vector<torch::Tensor>& v_caches,
+                               const std::vector<torch::Tensor>& k_scales,
+                               const std::vector<torch::Tensor>& v_scales, torch::Tensor slots,
                                torch::Tensor block_tables, torch::Tensor seq_lens,
                                int64_t block_size, c10::optional<torch::Tensor> lora_slots) const {
   TORCH_CHECK(!layers_.empty() && k_caches.size() == layers_.size() &&
                   v_caches.size() == layers_.size(),
               "DecodeStack: one K and one V cache per layer");
+  TORCH_CHECK(k_scales.size() == v_scales.size() &&
+                  (k_scales.empty() || k_scales.size() == layers_.size()),
+              "DecodeStack: no scales, or one K and one V scale tensor per layer");
   TORCH_CHECK(!lora_slots.has_value() || !lora_.empty(), "DecodeStack: no LoRA stacks set");
   const int64_t tokens = x.size(0);
   // The projection `which` (0 qkv, 1 o, 2 gate_up, 3 down) of layer i, with its LoRA.
@@ -54,11 +59,17 @@ torch::Tensor DecodeStack::run(torch::Tensor x, torch::Tensor cos, torch::Tensor
     const auto& k_cache = k_caches[i];
     const auto& v_cache = v_caches[i];
     const int64_t head_dim = k_cache.size(2);
+    c10::optional<torch::Tensor> k_scale, v_scale;  // an int8 cache's
+    if (!k_scales.empty()) {
+      k_scale = k_scales[i];
+      v_scale = v_scales[i];
+    }
     auto qkv = project(i, 0, layer.qkv, add_rms_norm(x, delta, layer.input_norm, layer.eps));
-    rope_write(qkv, cos, sin, k_cache, v_cache, slots, layer.heads, layer.kv_heads);
+    rope_write(qkv, cos, sin, k_cache, v_cache, slots, layer.heads, layer.kv_heads, k_scale,
+               v_scale);
     auto q = qkv.view({tokens, -1, head_dim}).narrow(1, 0, layer.heads);
     auto attended = paged_decode(q, k_cache, v_cache, block_tables, seq_lens, block_size,
-                                 layer.scale, 0, 0.0)
+                                 layer.scale, 0, 0.0, k_scale, v_scale)
                         .view({tokens, -1});
     auto h = add_rms_norm(x, project(i, 1, layer.o, attended), layer.post_norm, layer.eps);
     auto gate_up = project(i, 2, layer.gate_up, h);
