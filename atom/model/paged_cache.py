@@ -1,6 +1,7 @@
 """The runner's paged KV tensors: `[layers, 2, slots, kv_heads, head_dim]` of the cache's
-dtype and, for an int8 cache, `[layers, 2, slots, kv_heads]` float32 scales (a row is
-values * scale: atom/model/forward/attention.py, `Int8Rows`). Slot `b * block_size + i`
+dtype and, for an int8 cache, `[layers, 2, slots, kv_heads, head_dim / 16]` float16
+scales (a group of 16 values is int8 * scale: atom/model/forward/attention.py,
+`Int8Rows`). Slot `b * block_size + i`
 is position i of block b in every layer. Also what a step's block moves do to them: a
 block's bytes for the disk tier, a block filled from them, blocks copied."""
 
@@ -11,9 +12,9 @@ from typing import Any
 
 import torch
 
-from atom.model.forward.attention import Int8Rows, Rows
+from atom.model.forward.attention import INT8_GROUP, Int8Rows, Rows
 
-SCALE_BYTES = 4  # an int8 cache's float32 scale, one a token and kv head
+SCALE_BYTES = 2  # an int8 cache's float16 scale, one a group of INT8_GROUP values
 
 
 def kv_layout(config: Any) -> tuple[int, int, int]:
@@ -28,7 +29,7 @@ def kv_bytes_per_block(config: Any, block_size: int, dtype: torch.dtype) -> int:
     """A block's bytes in every layer, an int8 cache's scales included."""
     layers, kv_heads, head_dim = kv_layout(config)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    row = head_dim * itemsize + (SCALE_BYTES if dtype == torch.int8 else 0)
+    row = head_dim * itemsize + (head_dim // INT8_GROUP * SCALE_BYTES if dtype == torch.int8 else 0)
     return layers * 2 * block_size * kv_heads * row
 
 
@@ -44,7 +45,13 @@ class PagedCache:
         values = torch.zeros((layers, 2, slots, kv_heads, head_dim), dtype=dtype, device=device)
         self.tensors: tuple[torch.Tensor, ...] = (values,)
         if dtype == torch.int8:
-            scales = torch.zeros((layers, 2, slots, kv_heads), dtype=torch.float32, device=device)
+            if head_dim % INT8_GROUP:
+                raise ValueError(
+                    f"--kv-cache-dtype int8 needs a head size of groups of {INT8_GROUP}"
+                )
+            groups = head_dim // INT8_GROUP
+            shape = (layers, 2, slots, kv_heads, groups)
+            scales = torch.zeros(shape, dtype=torch.float16, device=device)
             self.tensors = (values, scales)
             self.layers: tuple[tuple[Rows, Rows], ...] = tuple(
                 (Int8Rows(v[0], s[0]), Int8Rows(v[1], s[1]))

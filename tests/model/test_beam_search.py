@@ -103,13 +103,16 @@ def eos(model: Any) -> int:
     return int(greedy[0, len(PROMPTS[3]) + 2])
 
 
-def runner_of(model: Any, eos: int, num_blocks: int = 512) -> TorchRunner:
+def runner_of(
+    model: Any, eos: int, num_blocks: int = 512, kv_dtype: torch.dtype | None = None
+) -> TorchRunner:
     return TorchRunner(
         model,
         eos_token_ids=frozenset({eos}),
         max_model_len=256,
         num_blocks=num_blocks,
         block_size=BLOCK,
+        kv_dtype=kv_dtype,
     )
 
 
@@ -189,6 +192,16 @@ def test_a_batched_completion_beside_plain_requests_under_preemption(model: Any,
             expected = reference(model, prompt, 3, params, eos)
             assert [got["beam", p_idx * 3 + c][0] for c in range(3)] == expected, num_blocks
         assert len(got["plain", 0][0]) >= 1 and len(got["sampled", 1][0]) >= 1
+
+
+def test_in_an_int8_cache_forked_beams_equal_recomputed_ones(model: Any, eos: int) -> None:
+    """A fork copies a block's int8 values and their scales: the beams equal those of a
+    cache too small to keep them (preempted and recomputed, no prefix cache)."""
+    params = beam_params(12, 1.0, False)
+    submit = Submit(request_id="r", prompt_ids=PROMPTS[7], params=params, choices_per_prompt=3)
+    forked = run_beams(runner_of(model, eos, 512, torch.int8), [submit])
+    recomputed = run_beams(runner_of(model, eos, 48, torch.int8), [submit], prefix=False)
+    assert forked == recomputed
 
 
 def test_the_default_model_in_float32_equals_transformers() -> None:

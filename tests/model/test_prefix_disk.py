@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import LlamaConfig
 
 from atom.model.kv_tier import DiskTier
@@ -26,7 +27,9 @@ class Server:
     """A runner, its cache's books and a scheduler over them, with or without a disk tier;
     `ask` runs one prompt to its end, the Batcher's way (disk reads before planning)."""
 
-    def __init__(self, folder: Path | None, num_blocks: int) -> None:
+    def __init__(
+        self, folder: Path | None, num_blocks: int, kv_dtype: torch.dtype | None = None
+    ) -> None:
         self.tier = None if folder is None else DiskTier(folder, "tiny", max_bytes=1 << 30)
         self.runner = TorchRunner(
             tiny_model(LlamaConfig),
@@ -35,6 +38,7 @@ class Server:
             num_blocks=num_blocks,
             block_size=BLOCK,
             disk=self.tier,
+            kv_dtype=kv_dtype,
         )
         self.kv = KVCacheManager(num_blocks=num_blocks, block_size=BLOCK, spill=folder is not None)
         self.scheduler = Scheduler(kv=self.kv, max_num_seqs=8, max_num_batched_tokens=512,
@@ -87,13 +91,18 @@ def test_blocks_pushed_out_of_memory_come_back_from_disk(
     server.stop()
 
 
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8])  # an int8 block: values, then scales
 def test_a_new_process_reads_what_the_last_one_saved_when_it_stopped(
-    tmp_path: Path, from_memory: dict[str, list[int]]
+    tmp_path: Path, from_memory: dict[str, list[int]], kv_dtype: torch.dtype | None
 ) -> None:
-    first = Server(tmp_path, num_blocks=512)
+    if kv_dtype is not None:
+        cached = Server(None, num_blocks=512, kv_dtype=kv_dtype)
+        cached.ask("warm", PROMPTS["a"])
+        from_memory = {"a": cached.ask("a", PROMPTS["a"])}
+    first = Server(tmp_path, num_blocks=512, kv_dtype=kv_dtype)
     first.ask("a0", PROMPTS["a"])
     first.stop()  # its blocks were all still in memory
-    second = Server(tmp_path, num_blocks=512)
+    second = Server(tmp_path, num_blocks=512, kv_dtype=kv_dtype)
     assert second.ask("a", PROMPTS["a"]) == from_memory["a"]
     assert second.disk_hits == 60
     second.stop()

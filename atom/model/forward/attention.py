@@ -12,8 +12,9 @@ KV slot of every new token and how to read each sequence back:
   batched SDPA with a length mask (any device).
 
 An int8 cache (`--kv-cache-dtype int8`) holds each layer's K and V as `Int8Rows`: int8
-values and one float32 scale a token and kv head (max |x| / 127); `write_rows` and
-`read_rows` quantize and widen them, the kernels take the scales beside the values.
+values and a float16 scale for each group of INT8_GROUP values of a token's head (max
+|x| / 127, as llama.cpp's q8_0 blocks but of 16); `write_rows` and `read_rows` quantize
+and widen them, the kernels take the scales beside the values.
 
 Layers may ask for a sliding window (only the last `sliding_window` positions
 are attended: Mistral, Gemma 2/3, Cohere 2) and a score soft-cap (Gemma 2);
@@ -42,10 +43,13 @@ DecodeKernel = Callable[
 KERNEL_OFF = 0  # paged_decode's window and softcap arguments: 0 means none (csrc/ops.h)
 
 
+INT8_GROUP = 16  # values one scale covers in an int8 cache (csrc/attention.cpp: kInt8Group)
+
+
 @dataclass(frozen=True, slots=True)
 class Int8Rows:
     """One layer's K or V in an int8 cache: `values` [slots, kv_heads, dim] int8 and
-    `scales` [slots, kv_heads] float32; a row is values * scale."""
+    `scales` [slots, kv_heads, dim / INT8_GROUP] float16; a group is values * scale."""
 
     values: torch.Tensor
     scales: torch.Tensor
@@ -56,15 +60,18 @@ Rows = torch.Tensor | Int8Rows  # one layer's K or V cache
 
 def write_rows(cache: Rows, slots: torch.Tensor, x: torch.Tensor) -> None:
     """Rows x [tokens, kv_heads, dim] into `slots`: rounded to the cache's dtype, or for
-    int8 times the inverse of each head's scale (max |x| * (1 / 127)) and rounded to
-    nearest even, the same arithmetic as the CPU kernel's rope_write (csrc/layer.cpp)."""
+    int8 each group's values times the inverse of its scale (max |x| * (1 / 127), rounded
+    to float16), rounded to nearest even and clamped to ±127: the same arithmetic as the
+    CPU kernel's rope_write (csrc/layer.cpp)."""
     if isinstance(cache, torch.Tensor):
         cache.index_copy_(0, slots, x.to(cache.dtype))
         return
-    x = x.float()
-    scale = x.abs().amax(dim=-1) * (1.0 / 127.0)
-    inverse = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
-    cache.values.index_copy_(0, slots, torch.round(x * inverse[..., None]).to(torch.int8))
+    groups = x.float().unflatten(-1, (-1, INT8_GROUP))
+    scale = (groups.abs().amax(dim=-1) * (1.0 / 127.0)).to(torch.float16)
+    wide = scale.float()
+    inverse = torch.where(wide > 0, 1.0 / wide, torch.zeros_like(wide))
+    values = torch.round(groups * inverse[..., None]).clamp(-127, 127).flatten(-2)
+    cache.values.index_copy_(0, slots, values.to(torch.int8))
     cache.scales.index_copy_(0, slots, scale)
 
 
@@ -72,8 +79,9 @@ def read_rows(cache: Rows, slots: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     """The rows at `slots` [n] (any shape of slots: the rows take its shape), widened."""
     if isinstance(cache, torch.Tensor):
         return cache.index_select(0, slots.flatten()).to(dtype)
-    values = cache.values.index_select(0, slots.flatten()).to(dtype)
-    return values * cache.scales.index_select(0, slots.flatten()).to(dtype)[..., None]
+    values = cache.values.index_select(0, slots.flatten()).to(dtype).unflatten(-1, (-1, INT8_GROUP))
+    scales = cache.scales.index_select(0, slots.flatten()).to(dtype)
+    return (values * scales[..., None]).flatten(-2)
 
 
 def kernel_caches(k: Rows, v: Rows) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:

@@ -16,13 +16,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
 
 // The cache holds float32, float16, bfloat16 or int8 (`--kv-cache-dtype`); rows are read
-// as float32, eight values at a time. An int8 row has one float32 scale a token and kv
-// head (the row is values * scale), applied to the scores (K) and the weights (V).
+// as float32, eight values at a time. An int8 row has a float16 scale for each group of
+// kInt8Group values (a value is int8 * its group's scale): the key's scales multiply the
+// query's groups, the value's the weights.
+constexpr int64_t kInt8Group = 16;  // atom/model/forward/attention.py's INT8_GROUP
 inline float to_float(c10::Half v) { return static_cast<float>(v); }
 inline float to_float(c10::BFloat16 v) { return static_cast<float>(v); }
 inline float to_float(int8_t v) { return static_cast<float>(v); }
@@ -94,6 +97,12 @@ constexpr int64_t kAhead = 16;
 // q · k[j] for 8 key rows at once: eight independent accumulators keep the multiply-adds
 // streaming (one dot product at a time waits on its own chain), then one transposing
 // reduction. D is a multiple of 8.
+inline __m256 reduce8(const __m256* acc) {  // the 8 sums of acc[0..7], in one vector
+  const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
 template <typename T>
 inline __m256 dot8(const float* q, const T* const* k, int64_t D) {
   __m256 acc[8];
@@ -102,9 +111,24 @@ inline __m256 dot8(const float* q, const T* const* k, int64_t D) {
     const __m256 qv = _mm256_loadu_ps(q + d);
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(k[j] + d), acc[j]);
   }
-  const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-  const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+  return reduce8(acc);
+}
+
+// q · k[j] for 8 int8 key rows, each group of kInt8Group values times its row's scale
+// (`scales`: row j's groups at j * groups).
+inline __m256 dot8_int8(const float* q, const int8_t* const* k, const float* scales, int64_t D) {
+  const int64_t groups = D / kInt8Group;
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    const int64_t g = d / kInt8Group;
+    for (int j = 0; j < 8; ++j) {
+      const __m256 scaled = _mm256_mul_ps(qv, _mm256_set1_ps(scales[j * groups + g]));
+      acc[j] = _mm256_fmadd_ps(scaled, load8(k[j] + d), acc[j]);
+    }
+  }
+  return reduce8(acc);
 }
 #endif
 
@@ -153,6 +177,54 @@ inline void weighted_sum(const float* p, const T* const* v, int64_t n, int64_t D
   }
 }
 
+// scores_of for int8 rows with group scales (`ks`: row i's groups at i * groups).
+inline void scores_of_int8(const float* q, const int8_t* const* k, const int8_t* const* v,
+                           const float* ks, int64_t n, int64_t D, float scale, float* scores) {
+  const int64_t groups = D / kInt8Group;
+  int64_t i = 0;
+#ifdef __AVX2__
+  for (; i + 8 <= n; i += 8) {
+    const int64_t from = std::min(i + kAhead, n), to = std::min(i + kAhead + 8, n);
+    prefetch_rows<_MM_HINT_T0>(k, from, to, 0, D);
+    prefetch_rows<_MM_HINT_T1>(v, from, to, 0, D);
+    const __m256 dots = dot8_int8(q, k + i, ks + i * groups, D);
+    _mm256_storeu_ps(scores + i, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+  }
+#endif
+  for (; i < n; ++i) {
+    float acc = 0.f;
+    for (int64_t d = 0; d < D; ++d) acc += q[d] * static_cast<float>(k[i][d]) * ks[i * groups + d / kInt8Group];
+    scores[i] = acc * scale;
+  }
+}
+
+// weighted_sum for int8 rows: out[D] = Σ_i p[i] * v[i] * its group scale (`vs` as `ks`).
+inline void weighted_sum_int8(const float* p, const int8_t* const* v, const float* vs, int64_t n,
+                              int64_t D, float* out) {
+  const int64_t groups = D / kInt8Group;
+  int64_t d0 = 0;
+#ifdef __AVX2__
+  for (; d0 + 64 <= D; d0 += 64) {
+    __m256 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) prefetch_rows<_MM_HINT_T0>(v, i + kAhead, i + kAhead + 1, d0, 64);
+      for (int c = 0; c < 8; ++c) {
+        const __m256 w = _mm256_set1_ps(p[i] * vs[i * groups + (d0 + 8 * c) / kInt8Group]);
+        acc[c] = _mm256_fmadd_ps(w, load8(v[i] + d0 + 8 * c), acc[c]);
+      }
+    }
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+  }
+#endif
+  std::fill(out + d0, out + D, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = d0; d < D; ++d) {
+      out[d] += p[i] * vs[i * groups + d / kInt8Group] * static_cast<float>(v[i][d]);
+    }
+  }
+}
+
 struct DecodeArgs {
   const float* q;
   int64_t q_stride, B, H, D, group, row, max_blocks, block_size, window;
@@ -160,8 +232,8 @@ struct DecodeArgs {
   const int64_t* lens;
   float scale, cap;
   float* out;
-  const float* k_scales;  // int8 rows: [num_slots, KV] (else null)
-  const float* v_scales;
+  const c10::Half* k_scales;  // int8 rows: [num_slots, KV, D / kInt8Group] (else null)
+  const c10::Half* v_scales;
 };
 
 // One task per (sequence, query head) over cache rows of element type T.
@@ -179,9 +251,10 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
       scores.resize(len);
       k_rows.resize(len);
       v_rows.resize(len);
+      const int64_t groups = a.D / kInt8Group;
       if (a.k_scales != nullptr) {
-        k_scale.resize(len);
-        v_scale.resize(len);
+        k_scale.resize(len * groups);
+        v_scale.resize(len * groups);
       }
       // the rows block by block: one division a block, not two a position (an integer
       // division costs ~15 cycles, and a step of 32 sequences of 256 tokens asks for
@@ -193,28 +266,34 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
         for (int64_t o = 0; o < n; ++o, ++i) {
           k_rows[i] = kp + (base + o) * a.row + kv_offset;
           v_rows[i] = vp + (base + o) * a.row + kv_offset;
-          if (a.k_scales != nullptr) {
-            const int64_t at = (base + o) * (a.row / a.D) + kv_offset / a.D;
-            k_scale[i] = a.k_scales[at];
-            v_scale[i] = a.v_scales[at];
+          if (a.k_scales != nullptr) {  // this row's group scales, widened
+            const int64_t at = ((base + o) * (a.row / a.D) + kv_offset / a.D) * groups;
+            for (int64_t g = 0; g < groups; ++g) {
+              k_scale[i * groups + g] = static_cast<float>(a.k_scales[at + g]);
+              v_scale[i * groups + g] = static_cast<float>(a.v_scales[at + g]);
+            }
           }
         }
         pos += n;
       }
-      scores_of(a.q + b * a.q_stride + h * a.D, k_rows.data(), v_rows.data(), len, a.D, a.scale,
-                scores.data(), scratch.data());
-      if (a.k_scales != nullptr) {
-        for (int64_t i = 0; i < len; ++i) scores[i] *= k_scale[i];
+      const float* q = a.q + b * a.q_stride + h * a.D;
+      if constexpr (std::is_same_v<T, int8_t>) {
+        scores_of_int8(q, k_rows.data(), v_rows.data(), k_scale.data(), len, a.D, a.scale,
+                       scores.data());
+      } else {
+        scores_of(q, k_rows.data(), v_rows.data(), len, a.D, a.scale, scores.data(),
+                  scratch.data());
       }
       if (a.cap > 0.f) {
         for (auto& v : scores) v = a.cap * std::tanh(v / a.cap);
       }
       softmax(scores.data(), len);
-      if (a.v_scales != nullptr) {  // Σ p v = Σ (p * scale) values
-        for (int64_t i = 0; i < len; ++i) scores[i] *= v_scale[i];
+      float* out = a.out + (b * a.H + h) * a.D;
+      if constexpr (std::is_same_v<T, int8_t>) {
+        weighted_sum_int8(scores.data(), v_rows.data(), v_scale.data(), len, a.D, out);
+      } else {
+        weighted_sum(scores.data(), v_rows.data(), len, a.D, out, scratch.data());
       }
-      weighted_sum(scores.data(), v_rows.data(), len, a.D, a.out + (b * a.H + h) * a.D,
-                   scratch.data());
     }
   });
 }
@@ -222,7 +301,8 @@ void decode_tasks(const DecodeArgs& a, const T* kp, const T* vp) {
 }  // namespace
 
 // query [B, H, D] float32; k_cache, v_cache [num_slots, KV, D] (one layer, contiguous;
-// float32, float16, bfloat16, or int8 with k_scales, v_scales [num_slots, KV] float32);
+// float32, float16, bfloat16, or int8 with k_scales, v_scales [num_slots, KV, D / 16]
+// float16);
 // block_tables [B, max_blocks] int64; seq_lens [B] int64 (each >= 1). `window` > 0 keeps
 // the last `window` positions only (sliding-window layers); `softcap` > 0 caps the
 // scores as softcap * tanh(score / softcap) (Gemma 2). Returns [B, H, D].
@@ -239,9 +319,10 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Te
   const bool scaled = kind == torch::kChar;
   TORCH_CHECK(scaled == (k_scales.has_value() && v_scales.has_value()),
               "paged_decode: an int8 cache, and only it, comes with its scales");
-  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kFloat32 && k_scales->is_contiguous() &&
-                          v_scales->scalar_type() == torch::kFloat32 && v_scales->is_contiguous()),
-              "paged_decode: contiguous float32 scales");
+  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kHalf && k_scales->is_contiguous() &&
+                          v_scales->scalar_type() == torch::kHalf && v_scales->is_contiguous() &&
+                          k_cache.size(2) % kInt8Group == 0),
+              "paged_decode: contiguous float16 scales, a head size of groups of 16");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "paged_decode: cache layout");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "paged_decode: int64 block tables and lengths");
@@ -256,8 +337,8 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Te
                         tables.size(1), block_size, window, tables.data_ptr<int64_t>(),
                         lens.data_ptr<int64_t>(), static_cast<float>(scale),
                         static_cast<float>(softcap), out.data_ptr<float>(),
-                        scaled ? k_scales->data_ptr<float>() : nullptr,
-                        scaled ? v_scales->data_ptr<float>() : nullptr};
+                        scaled ? k_scales->data_ptr<c10::Half>() : nullptr,
+                        scaled ? v_scales->data_ptr<c10::Half>() : nullptr};
   if (kind == torch::kChar) {
     decode_tasks(args, k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>());
   } else if (kind == torch::kHalf) {

@@ -70,30 +70,38 @@ void store_row(const float* from, int64_t n, T* to) {
   for (int64_t i = 0; i < n; ++i) to[i] = static_cast<T>(from[i]);
 }
 
-// n float32 values into an int8 cache row of `heads` heads of D: each head's scale is
-// max |x| * (1 / 127) (written to `scales`), its values x * (1 / scale) rounded to nearest
-// even, exactly as atom/model/forward/attention.py's write_rows computes them (written
-// as products: -ffast-math would turn a division into one anyway).
-void store_row_int8(const float* from, int64_t heads, int64_t D, int8_t* to, float* scales) {
+constexpr int64_t kInt8Group = 16;  // values a scale covers (csrc/attention.cpp)
+
+// `n` float32 values into an int8 cache row: each group of kInt8Group values gets a
+// float16 scale, max |x| * (1 / 127) rounded to float16 (into `scales`), and its values
+// x * (1 / scale) rounded to nearest even, clamped to ±127: exactly what
+// atom/model/forward/attention.py's write_rows computes (written as products:
+// -ffast-math would turn a division into one anyway).
+void store_row_int8(const float* from, int64_t n, int8_t* to, c10::Half* scales) {
   constexpr float kInv127 = 1.f / 127.f;
-  for (int64_t h = 0; h < heads; ++h) {
-    const float* x = from + h * D;
+  for (int64_t g = 0; g < n / kInt8Group; ++g) {
+    const float* x = from + g * kInt8Group;
     float amax = 0.f;
-    for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = amax * kInv127;
-    const float inv = scale > 0.f ? 1.f / scale : 0.f;
-    for (int64_t i = 0; i < D; ++i) to[h * D + i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
-    scales[h] = scale;
+    for (int64_t i = 0; i < kInt8Group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const c10::Half scale = static_cast<c10::Half>(amax * kInv127);
+    const float wide = static_cast<float>(scale);
+    const float inv = wide > 0.f ? 1.f / wide : 0.f;
+    for (int64_t i = 0; i < kInt8Group; ++i) {
+      const float q = std::nearbyint(x[i] * inv);
+      to[g * kInt8Group + i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, q)));
+    }
+    scales[g] = scale;
   }
 }
 
 // qkv [T, (H + 2 KV) * D]: rotates the H query and KV key heads in place by cos/sin
 // [T, D], then copies each token's (rotated) K and V heads into row slots[t] of
-// k_cache/v_cache [num_slots, KV, D] (float32, float16 or bfloat16; or int8, with each
-// head's scale into k_scales/v_scales [num_slots, KV]). The query heads stay in qkv.
+// k_cache/v_cache [num_slots, KV, D] (float32, float16 or bfloat16; or int8, with its
+// groups' scales into k_scales/v_scales [num_slots, KV, D / 16]). The query heads stay.
 template <typename T>
 void rope_write_rows(const torch::Tensor& qkv, const float* cp, const float* sp, const int64_t* slp,
-                     T* kp, T* vp, float* ksp, float* vsp, int64_t H, int64_t KV, int64_t D) {
+                     T* kp, T* vp, c10::Half* ksp, c10::Half* vsp, int64_t H, int64_t KV,
+                     int64_t D) {
   const int64_t T_ = qkv.size(0), width = qkv.size(1), row = KV * D;
   float* qp = qkv.data_ptr<float>();
   at::parallel_for(0, T_, kRowsPerTask, [&](int64_t begin, int64_t end) {
@@ -101,8 +109,9 @@ void rope_write_rows(const torch::Tensor& qkv, const float* cp, const float* sp,
       float* x = qp + t * width;
       for (int64_t h = 0; h < H + KV; ++h) rotate(x + h * D, cp + t * D, sp + t * D, D);
       if constexpr (std::is_same_v<T, int8_t>) {
-        store_row_int8(x + H * D, KV, D, kp + slp[t] * row, ksp + slp[t] * KV);
-        store_row_int8(x + (H + KV) * D, KV, D, vp + slp[t] * row, vsp + slp[t] * KV);
+        const int64_t groups = row / kInt8Group;  // a token's scales, every head's groups
+        store_row_int8(x + H * D, row, kp + slp[t] * row, ksp + slp[t] * groups);
+        store_row_int8(x + (H + KV) * D, row, vp + slp[t] * row, vsp + slp[t] * groups);
       } else {
         store_row(x + H * D, row, kp + slp[t] * row);
         store_row(x + (H + KV) * D, row, vp + slp[t] * row);
@@ -127,9 +136,10 @@ void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::
   const bool scaled = k_cache.scalar_type() == torch::kChar;
   TORCH_CHECK(scaled == (k_scales.has_value() && v_scales.has_value()),
               "rope_write: an int8 cache, and only it, comes with its scales");
-  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kFloat32 && k_scales->is_contiguous() &&
-                          v_scales->scalar_type() == torch::kFloat32 && v_scales->is_contiguous()),
-              "rope_write: contiguous float32 scales");
+  TORCH_CHECK(!scaled || (k_scales->scalar_type() == torch::kHalf && k_scales->is_contiguous() &&
+                          v_scales->scalar_type() == torch::kHalf && v_scales->is_contiguous() &&
+                          D % kInt8Group == 0),
+              "rope_write: contiguous float16 scales, a head size of groups of 16");
   const float* cp = c.data_ptr<float>();
   const float* sp = s.data_ptr<float>();
   const int64_t* slp = sl.data_ptr<int64_t>();
@@ -145,8 +155,8 @@ void rope_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::
                              v_cache.data_ptr<c10::BFloat16>(), nullptr, nullptr, H, KV, D);
     case torch::kChar:
       return rope_write_rows(qkv, cp, sp, slp, k_cache.data_ptr<int8_t>(),
-                             v_cache.data_ptr<int8_t>(), k_scales->data_ptr<float>(),
-                             v_scales->data_ptr<float>(), H, KV, D);
+                             v_cache.data_ptr<int8_t>(), k_scales->data_ptr<c10::Half>(),
+                             v_scales->data_ptr<c10::Half>(), H, KV, D);
     default:
       TORCH_CHECK(false, "rope_write: a float32, float16, bfloat16 or int8 cache");
   }

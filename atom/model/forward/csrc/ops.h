@@ -8,7 +8,8 @@
 
 #include <string>
 
-// An int8 cache comes with its scales [num_slots, KV] (float32): a row is values * scale.
+// An int8 cache comes with its scales [num_slots, KV, head_dim / 16] (float16): each
+// group of 16 values is int8 * its scale.
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor k_cache, torch::Tensor v_cache,
                            torch::Tensor block_tables, torch::Tensor seq_lens,
                            int64_t block_size, double scale, int64_t window, double softcap,
