@@ -30,7 +30,7 @@ from atom.model.scheduling.beam_search import (
     num_candidates,
 )
 from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.sequence import SeqOutput, Sequence, choice_seed
+from atom.model.scheduling.sequence import SeqOutput, Sequence, sequence_of
 from atom.vocabulary.events import FinishReason, Submit
 
 Ending = Callable[[Sequence, int, int], FinishReason | None]
@@ -60,21 +60,8 @@ class Beams:
             params, temperature=0.0, top_p=1.0, top_k=None, min_p=0.0,
             logprobs=max(k, params.logprobs or 0),
         )  # fmt: skip
-        prompt, first = submit.prompts[p_idx], p_idx * width
-        seq = Sequence(
-            seq_id=f"{submit.request_id}/{first}",
-            request_id=submit.request_id,
-            choice_idx=first,
-            first_sibling_idx=first,
-            params=row,
-            seed=choice_seed(params.seed, first),
-            cache_salt=submit.cache_salt,
-            token_ids=list(prompt),
-            num_prompt_tokens=len(prompt),
-            priority=submit.priority,
-            lora=submit.lora,
-            images=submit.images if p_idx == 0 else (),
-        )
+        first = p_idx * width
+        seq = sequence_of(submit, p_idx, first, row)
         state = BeamSearchState[Finished](width, params.beam_search, params.max_tokens, k)
         seq.group = BeamGroup(state, first, params.logprobs, [Beam(seq, 0.0)])
         self._seqs[seq.seq_id] = seq

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.beams import Beams
 from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, choice_seed
+from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, sequence_of
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 from atom.vocabulary.events import DraftsVerified, FinishReason, Submit
 from atom.vocabulary.images import spans
@@ -78,21 +78,8 @@ class Scheduler:
             prompts = range(len(submit.prompts))
             return [self._beams.start(submit, p_idx, self._eos) for p_idx in prompts]
         new = [
-            Sequence(
-                seq_id=f"{submit.request_id}/{p_idx * n + j}",
-                request_id=submit.request_id,
-                choice_idx=p_idx * n + j,
-                first_sibling_idx=p_idx * n,
-                params=submit.params,
-                seed=choice_seed(submit.params.seed, p_idx * n + j),
-                cache_salt=submit.cache_salt,
-                token_ids=list(prompt),
-                num_prompt_tokens=len(prompt),
-                priority=submit.priority,
-                lora=submit.lora,
-                images=submit.images if p_idx == 0 else (),
-            )
-            for p_idx, prompt in enumerate(submit.prompts)
+            sequence_of(submit, p_idx, p_idx * n + j, submit.params)
+            for p_idx in range(len(submit.prompts))
             for j in range(n)
         ]
         self._seqs.update((s.seq_id, s) for s in new)

@@ -11,6 +11,7 @@ from atom.vocabulary.events import (
     DraftsVerified,
     FinishReason,
     SamplingParams,
+    Submit,
     TokenLogprobs,
     TokensSampled,
 )
@@ -56,6 +57,26 @@ class Sequence:
     @property
     def is_decoding(self) -> bool:
         return self.has_blocks and self.num_computed == len(self.token_ids) - 1
+
+
+def sequence_of(submit: Submit, p_idx: int, choice_idx: int, params: SamplingParams) -> Sequence:
+    """Choice `choice_idx` of prompt `p_idx` of `submit`, sampled with `params` (its blocks
+    come when it is scheduled); the prompt's images go with its first prompt only."""
+    prompt = submit.prompts[p_idx]
+    return Sequence(
+        seq_id=f"{submit.request_id}/{choice_idx}",
+        request_id=submit.request_id,
+        choice_idx=choice_idx,
+        first_sibling_idx=p_idx * submit.choices_per_prompt,
+        params=params,
+        seed=choice_seed(submit.params.seed, choice_idx),
+        cache_salt=submit.cache_salt,
+        token_ids=list(prompt),
+        num_prompt_tokens=len(prompt),
+        priority=submit.priority,
+        lora=submit.lora,
+        images=submit.images if p_idx == 0 else (),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
