@@ -5,8 +5,13 @@ In process, the model loaded as the server loads it (by default with float32 lay
 `--weights off`: see --help), once with `--kv-cache-dtype float16` and once with `int8`:
 
 - top-token agreement: the float16 cache's greedy answers to the chats of
-  bench/rerun_quant.py are fed back whole to both caches (prompt logprobs); the share
-  of answer positions where both predict the same next token;
+  bench/rerun_quant.py are fed back to both caches as the server decodes them (the
+  prompt in one prefill, then every answer token one decode step, all chats in one
+  batch), and at each answer position the token each cache predicts next is compared.
+  The decode steps run the decode-attention kernel, as the answers a server gives do.
+  (`top_token_agreement_prompt_positions` is the same over the prompts' positions,
+  read by prefill: all chats share their chat template's system prompt, so those
+  positions repeat once a chat and weigh a few near-ties 48 times);
 - perplexity of a fixed text (TEXT below, ~700 tokens) under each;
 - the KV bytes a token takes in each.
 
@@ -62,8 +67,9 @@ TEXT = " ".join(
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
 
 
-def answers(runtime: Any, num_requests: int) -> list[tuple[int, ...]]:
-    """Prompt + greedy answer token ids of the rerun bench's chats (tools and JSON left out)."""
+def answers(runtime: Any, num_requests: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(prompt length, prompt + greedy answer token ids) of the rerun bench's chats
+    (tools and JSON left out)."""
     tokenizer = runtime.tokenizer
     chats = [b for b in bodies(num_requests) if "tools" not in b and "response_format" not in b]
     prompts = []
@@ -90,11 +96,34 @@ def answers(runtime: Any, num_requests: int) -> list[tuple[int, ...]]:
             outputs[int(out.seq.request_id)].extend(out.token_ids)
         for seq_id in scheduler.take_released():
             runner.release(seq_id)
-    return [(*prompts[i], *outputs[i]) for i in range(len(prompts))]
+    return [(len(prompts[i]), (*prompts[i], *outputs[i])) for i in range(len(prompts))]
+
+
+def decoded(runner: Runner, texts: list[tuple[int, tuple[int, ...]]]) -> list[list[int]]:
+    """Each text's prompt prefilled, then its answer fed one decode step a token, all texts
+    in one batch: the most likely next token at every answer position, by text."""
+    span = -(-max(len(tokens) for _, tokens in texts) // runner.block_size)
+    params = SamplingParams(temperature=0.0, max_tokens=1)
+    predicted: list[list[int]] = [[] for _ in texts]
+    for step in range(max(len(tokens) - n for n, tokens in texts)):
+        chunks = []
+        for i, (n, tokens) in enumerate(texts):
+            start = 0 if step == 0 else n + step - 1
+            if start < len(tokens) - 1 or step == 0:
+                fed = tokens[:n] if step == 0 else tokens[start : start + 1]
+                chunks.append(SeqChunk(seq_id=str(i), token_ids=fed, start_pos=start,
+                                       block_ids=tuple(range(i * span, (i + 1) * span)),
+                                       params=params, seed=0, num_prompt_tokens=n))  # fmt: skip
+        for seq_id, (sampled, *_) in runner.step(StepPlan(chunks=tuple(chunks))).items():
+            predicted[int(seq_id)].append(sampled.token_id)
+    for i in range(len(texts)):
+        runner.release(str(i))
+    return predicted
 
 
 def fed(runner: Runner, tokens: tuple[int, ...]) -> list[tuple[int, float]]:
-    """(most likely next token, the actual next token's logprob) at every position."""
+    """One prefill of `tokens`: (most likely next token, the actual next token's logprob)
+    at every position."""
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1)
     blocks = tuple(range(-(-len(tokens) // runner.block_size)))
     chunk = SeqChunk(seq_id="fed", token_ids=tokens, start_pos=0, block_ids=blocks,
@@ -123,14 +152,20 @@ def main() -> None:
         for dtype in ("float16", "int8")
     }
     texts = answers(runtimes["float16"], args.requests)
-    agree = total = 0
-    for tokens in texts:
-        base, int8 = (fed(r.runner, tokens) for r in runtimes.values())
-        agree += sum(a[0] == b[0] for a, b in zip(base, int8, strict=True))
-        total += len(base)
+    base, int8 = (decoded(r.runner, texts) for r in runtimes.values())
+    agree = sum(a == b for x, y in zip(base, int8, strict=True) for a, b in zip(x, y, strict=True))
+    total = sum(len(x) for x in base)
+    prompt_agree = prompt_total = 0
+    for n, tokens in texts:
+        before, after = (fed(r.runner, tokens[:n])[: n - 1] for r in runtimes.values())
+        prompt_agree += sum(a[0] == b[0] for a, b in zip(before, after, strict=True))
+        prompt_total += len(before)
     report: dict[str, Any] = {"machine": machine(), "weights": str(args.weights),
-                              "sequences": len(texts), "positions": total,
-                              "top_token_agreement": round(agree / total, 4)}  # fmt: skip
+                              "sequences": len(texts), "answer_positions": total,
+                              "top_token_agreement": round(agree / total, 4),
+                              "prompt_positions": prompt_total,
+                              "top_token_agreement_prompt_positions":
+                                  round(prompt_agree / prompt_total, 4)}  # fmt: skip
     text_ids = tuple(runtimes["float16"].tokenizer.encode(TEXT))
     for dtype, runtime in runtimes.items():
         logprobs = [lp for _, lp in fed(runtime.runner, text_ids)]

@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,10 +37,34 @@ from atom.vocabulary.config import Settings
 from tests.model.tiny import cpu_ops as built_ops
 
 
+def int16_query(q: torch.Tensor) -> torch.Tensor:
+    """Each head of q [batch, heads, dim] rounded to int16 against its largest |value|, as
+    paged_decode's int8-cache loops take it (csrc/attention_int8.cpp), then widened."""
+    top = q.abs().amax(dim=-1, keepdim=True)
+    inverse = torch.where(top > 0, 32767.0 / top, torch.zeros_like(top))
+    return torch.round(q * inverse) * (top * (1.0 / 32767.0))
+
+
+def instruction_sets() -> list[str]:
+    """avx2, and the CPU's own choice where it is another (avx512_vnni, amx_int8)."""
+    return sorted({"avx2", built_ops().kernel_isa()}) if X86 else [built_ops().kernel_isa()]
+
+
+@contextmanager
+def kernel_isa(name: str) -> Iterator[None]:
+    before = built_ops().set_kernel_isa(name)
+    try:
+        yield
+    finally:
+        built_ops().set_kernel_isa(before)
+
+
 @pytest.mark.parametrize(("window", "softcap"), [(None, None), (7, None), (None, 2.0), (90, 3.0)])
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "dim", "block_size"),
-    [(9, 3, 64, 16), (4, 4, 40, 4), (8, 1, 128, 8), (6, 2, 20, 16)],
+    # int8 caches: 3 heads a kv head in one block of heads; 8 in two blocks of 4 (the
+    # 512-bit loops); 6 in blocks of 4 and 2, head size 32 (the 256-bit loops only)
+    [(9, 3, 64, 16), (4, 4, 40, 4), (8, 1, 128, 8), (6, 2, 20, 16), (12, 2, 32, 16)],
 )
 def test_kernel_matches_gather_then_sdpa(
     heads: int,
@@ -107,9 +133,15 @@ def test_kernel_matches_gather_then_sdpa(
         groups = k_cache.unflatten(-1, (-1, INT8_GROUP)).abs().amax(-1, keepdim=True)
         error = (dequantized[0] - k_cache).unflatten(-1, (-1, INT8_GROUP)).abs()
         assert (error <= groups / 254 * 1.002 + 1e-6).all()  # half a step, a float16 scale
-        int8 = kernel.attend(q, k8, v8, how)
-        torch.testing.assert_close(int8, gather.attend(q, k8, v8, how), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(int8, kernel.attend(q, *dequantized, how), rtol=1e-5, atol=1e-5)
+        rounded = int16_query(q)  # the kernel's scores take the query as int16
+        for isa in instruction_sets():  # the 256-bit loops and, where the CPU has them, 512
+            with kernel_isa(isa):
+                int8 = kernel.attend(q, k8, v8, how)
+            # float32 sums in another order: the integer dot products, then the scales
+            for reference in (gather.attend(rounded, k8, v8, how),
+                              kernel.attend(rounded, *dequantized, how)):  # fmt: skip
+                torch.testing.assert_close(int8, reference, rtol=2e-5, atol=2e-5)
+        assert not torch.equal(rounded, q)  # (so the rounding is what the test is about)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 37, 70])  # groups of 4, blocks of 32

@@ -2,9 +2,10 @@
 
 `csrc/` holds them (`ops.h` lists them all), float32 tensors in and out:
 
-- `paged_decode` (`attention.cpp`) attends one query token per sequence straight
-  from the paged KV cache. The torch fallback gathers each sequence's K/V into a
-  padded tensor first, which costs more than the kernel (bench/results/history.md).
+- `paged_decode` (`attention.cpp`; an int8 cache's loops in `attention_int8.cpp`)
+  attends one query token per sequence straight from the paged KV cache. The torch
+  fallback gathers each sequence's K/V into a padded tensor first, which costs more
+  than the kernel (bench/results/history.md).
 - `int8_linear` (`linear.cpp`), `int4_linear`, `q5_linear`, `q6_linear` and
   `q8_linear` (`blocks.cpp`, their loops in `loops.inc` and `loops_amx.cpp`) multiply
   activation rows by int8 rows (one scale each) or GGUF Q4_1 / Q5_1 / Q6_K / Q8_0
@@ -66,6 +67,7 @@ SOURCES = tuple(
     CSRC / name
     for name in (
         "attention.cpp",
+        "attention_int8.cpp",
         "linear.cpp",
         "blocks.cpp",
         "loops_avx2.cpp",

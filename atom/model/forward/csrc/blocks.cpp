@@ -243,6 +243,8 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& blocks,
 
 std::string kernel_isa() { return kIsas[isa_index()]; }
 
+bool wide_vectors() { return isa_index() != 0; }
+
 std::string set_kernel_isa(const std::string& name) {
   const std::string before = kernel_isa();
   for (int i = 0; i < 3; ++i) {

@@ -36,6 +36,9 @@ torch::Tensor q8_linear(torch::Tensor x, torch::Tensor blocks, c10::optional<tor
 // and returns the one before.
 std::string kernel_isa();
 std::string set_kernel_isa(const std::string& name);
+// Whether the chosen set has 512-bit registers (avx512_vnni, amx_int8): the int8-cache
+// attention loops (attention_int8.cpp) follow the same choice.
+bool wide_vectors();
 
 torch::Tensor add_rms_norm(torch::Tensor x, c10::optional<torch::Tensor> delta,
                            torch::Tensor weight, double eps);
