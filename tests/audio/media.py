@@ -1,0 +1,54 @@
+"""Audio files the tests make with PyAV's encoders: a tone in any container FFmpeg writes."""
+
+from __future__ import annotations
+
+import io
+
+import av
+import numpy as np
+
+TONE_HZ = 440.0
+
+# (container, codec, sample rate): what the transcription routes take
+FORMATS = [
+    ("wav", "pcm_s16le", 22_050),
+    ("flac", "flac", 44_100),
+    ("mp3", "libmp3lame", 22_050),
+    ("ogg", "libopus", 48_000),
+    ("webm", "libopus", 48_000),
+    ("ipod", "aac", 44_100),  # .m4a
+]
+
+
+def tone(container: str, codec: str, rate: int, seconds: float, channels: int = 2) -> bytes:
+    """A TONE_HZ sine of `seconds`, amplitude 0.3 in every channel, encoded."""
+    layout = "mono" if channels == 1 else "stereo"
+    t = np.arange(int(rate * seconds)) / rate
+    wave = (0.3 * np.sin(2 * np.pi * TONE_HZ * t)).astype(np.float32)
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate)
+        stream.layout = layout
+        frame = av.AudioFrame.from_ndarray(
+            np.stack([wave] * channels), format="fltp", layout=layout
+        )
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+def silent_video(seconds: float = 1.0) -> bytes:
+    """An mp4 with one video stream and no audio."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(int(10 * seconds)):
+            image = np.full((32, 32, 3), i * 20 % 255, dtype=np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buffer.getvalue()
