@@ -1,0 +1,53 @@
+"""Windows of audio decoding together: each holds a slot of one `WhisperSlots` from its
+encoding to its end, and every step feeds all of them in one forward. Windows start
+between steps as slots free up, so a transcription that arrives while others decode
+joins their batch at the next step (the Transcriber actor drives it)."""
+
+from __future__ import annotations
+
+import torch
+
+from atom.model.whisper.decoding import WindowDecode
+from atom.model.whisper.slots import WhisperSlots
+
+
+class WindowBatch:
+    def __init__(self, slots: WhisperSlots) -> None:
+        self.slots = slots
+        self._free = list(range(slots.num_slots))
+        self._feeds: dict[int, tuple[WindowDecode, list[int]]] = {}  # slot → (window, next feed)
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_active(self) -> int:
+        return len(self._feeds)
+
+    def start(self, windows: list[WindowDecode], features: torch.Tensor) -> None:
+        """Encode windows (features [len(windows), mel bins, 3000]) into free slots."""
+        if len(windows) > len(self._free):
+            raise ValueError(f"{len(windows)} windows, {len(self._free)} free slots")
+        taken = [self._free.pop() for _ in windows]
+        self.slots.encode(taken, features)
+        for slot, window in zip(taken, windows, strict=True):
+            self._feeds[slot] = (window, window.first_feed())
+
+    def step(self) -> list[WindowDecode]:
+        """One forward of every active window; returns those that ended (their slots free)."""
+        if not self._feeds:
+            return []
+        slots = list(self._feeds)
+        logits = self.slots.step(slots, [self._feeds[s][1] for s in slots])
+        done = []
+        for slot, row in zip(slots, logits, strict=True):
+            window = self._feeds[slot][0]
+            feed = window.take(row)
+            if feed is None:
+                del self._feeds[slot]
+                self._free.append(slot)
+                done.append(window)
+            else:
+                self._feeds[slot] = (window, feed)
+        return done

@@ -1,0 +1,187 @@
+"""How one 30-second window of audio is decoded, token by token: Whisper's prompt, the
+tokens it may not say, and its timestamp rules, as OpenAI's whisper (`decoding.py`)
+defines them and faster-whisper (CTranslate2) and transformers follow them.
+
+A `WindowDecode` is fed the logits after its last feed and answers the next feed (the
+rest of the prompt once the language is detected, or the token it chose), or None when
+the window is done. The batching is the caller's (atom/model/whisper/slots.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+WINDOW_SECONDS = 30.0
+SECONDS_PER_TIMESTAMP = 0.02
+MAX_INITIAL_TIMESTAMP = 50  # the first timestamp is at most 1.0 s
+MAX_PREVIOUS = 223  # prompt tokens a window may carry (half the context, as OpenAI's)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WhisperTokens:
+    """A Whisper model's special tokens and the tokens it never says."""
+
+    start_of_transcript: int
+    end_of_text: int
+    start_of_previous: int
+    no_timestamps: int
+    timestamp_begin: int  # <|0.00|>; every id from it on is a timestamp
+    tasks: dict[str, int]  # "transcribe", "translate"
+    languages: dict[str, int]  # "en" → <|en|>
+    suppress: tuple[int, ...]
+    suppress_at_begin: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowTask:
+    """What a request asks of each of its windows."""
+
+    task: str = "transcribe"
+    language: str | None = None  # None: detected from the window
+    timestamps: bool = False
+    temperature: float = 0.0
+    previous: tuple[int, ...] = ()  # the prompt's text tokens (earlier speech, spellings)
+
+
+@dataclass(slots=True)
+class WindowDecode:
+    tokens: WhisperTokens
+    task: WindowTask
+    max_tokens: int  # the window's whole context, prompt included
+    generator: torch.Generator | None = None
+    language: str | None = None
+    generated: list[int] = field(default_factory=list)
+    fed: int = 0  # tokens fed so far, prompt included
+
+    def __post_init__(self) -> None:
+        self.language = self.task.language
+
+    def first_feed(self) -> list[int]:
+        """The prompt, up to the language token when the language is to be detected."""
+        previous = self.task.previous[-MAX_PREVIOUS:]
+        head = [self.tokens.start_of_previous, *previous] if previous else []
+        feed = [*head, self.tokens.start_of_transcript]
+        if self.language is not None:
+            feed += self._after_start()
+        self.fed = len(feed)
+        return feed
+
+    def take(self, logits: torch.Tensor) -> list[int] | None:
+        """The next feed after `logits` [vocab] (those after the last fed token), or None
+        when the window is done."""
+        if self.language is None:  # the first step of a detection: the likeliest language
+            codes = list(self.tokens.languages)
+            ids = torch.tensor([self.tokens.languages[c] for c in codes], device=logits.device)
+            self.language = codes[int(logits[ids].argmax())]
+            feed = self._after_start()
+            self.fed += len(feed)
+            return feed
+        token = self._choose(logits.float().clone())
+        if token == self.tokens.end_of_text:
+            return None
+        self.generated.append(token)
+        if self.fed >= self.max_tokens:  # the window's context is full: it ends here
+            return None
+        self.fed += 1
+        return [token]
+
+    def _after_start(self) -> list[int]:
+        assert self.language is not None
+        feed = [self.tokens.languages[self.language], self.tokens.tasks[self.task.task]]
+        return feed if self.task.timestamps else [*feed, self.tokens.no_timestamps]
+
+    def _choose(self, logits: torch.Tensor) -> int:
+        logits[list(self.tokens.suppress)] = -torch.inf
+        if not self.generated:
+            logits[list(self.tokens.suppress_at_begin)] = -torch.inf
+        if self.task.timestamps:
+            apply_timestamp_rules(logits, self.generated, self.tokens)
+        if self.task.temperature <= 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits / self.task.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def apply_timestamp_rules(
+    logits: torch.Tensor, generated: list[int], tokens: WhisperTokens
+) -> None:
+    """Whisper's timestamp rules, in place: timestamps come in pairs and never go back,
+    the first token is a timestamp of at most 1 s, and a timestamp is forced where the
+    timestamps together are likelier than any one text token."""
+    begin, end = tokens.timestamp_begin, tokens.end_of_text
+    logits[tokens.no_timestamps] = -torch.inf
+    last = len(generated) >= 1 and generated[-1] >= begin
+    penultimate = len(generated) < 2 or generated[-2] >= begin
+    if last:
+        if penultimate:
+            logits[begin:] = -torch.inf  # a pair is closed: text comes next
+        else:
+            logits[:end] = -torch.inf  # a pair is open: a timestamp or the end
+    stamps = [t for t in generated if t >= begin]
+    if stamps:  # never back, and a segment is never empty
+        floor = stamps[-1] if last and not penultimate else stamps[-1] + 1
+        logits[begin:floor] = -torch.inf
+    if not generated:
+        logits[:begin] = -torch.inf
+        logits[begin + MAX_INITIAL_TIMESTAMP + 1 :] = -torch.inf
+    logprobs = torch.log_softmax(logits, dim=-1)
+    if torch.logsumexp(logprobs[begin:], dim=-1) > logprobs[:begin].max():
+        logits[:begin] = -torch.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    start: float  # seconds from the window's start
+    end: float
+    tokens: tuple[int, ...]  # the text tokens
+
+
+def segments_of(generated: list[int], tokens: WhisperTokens, seconds: float) -> list[Segment]:
+    """A window's timestamped tokens cut into segments: each opens with a timestamp and
+    closes with one; text after the last closed pair runs to the window's end."""
+    begin = tokens.timestamp_begin
+    out: list[Segment] = []
+    start: float | None = None
+    text: list[int] = []
+    for token in generated:
+        if token < begin:
+            text.append(token)
+            continue
+        at = (token - begin) * SECONDS_PER_TIMESTAMP
+        if start is None:
+            start = at
+        else:
+            if text:
+                out.append(Segment(start, at, tuple(text)))
+            start, text = None, []
+    if text:
+        out.append(Segment(start if start is not None else 0.0, seconds, tuple(text)))
+    return out
+
+
+def whisper_tokens(
+    tokenizer: PreTrainedTokenizerBase, generation: GenerationConfig
+) -> WhisperTokens:
+    """The special tokens of a Whisper folder: its tokenizer's, its generation config's
+    languages, tasks and the tokens it suppresses."""
+
+    def token(text: str) -> int:
+        value = tokenizer.convert_tokens_to_ids(text)
+        assert isinstance(value, int), text
+        return value
+
+    whisper = generation.to_dict()  # Whisper's own keys, which GenerationConfig does not type
+    return WhisperTokens(
+        start_of_transcript=token("<|startoftranscript|>"),
+        end_of_text=token("<|endoftext|>"),
+        start_of_previous=token("<|startofprev|>"),
+        no_timestamps=whisper["no_timestamps_token_id"],
+        timestamp_begin=whisper["no_timestamps_token_id"] + 1,
+        tasks=dict(whisper["task_to_id"]),
+        languages={name.strip("<|>"): i for name, i in whisper["lang_to_id"].items()},
+        suppress=tuple(generation.suppress_tokens or ()),
+        suppress_at_begin=tuple(generation.begin_suppress_tokens or ()),
+    )

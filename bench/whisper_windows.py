@@ -1,0 +1,145 @@
+"""Whisper base decoding windows in process, ATOM against CTranslate2 (faster-whisper's
+engine) side by side: `python -m bench.whisper_windows [--batch 1 8] [--out FILE]`.
+
+The packaged Whisper base (atom/model/whisper/package.py) on sentences spoken by
+Debian's espeak-ng, each padded to a 30-second window as Whisper takes it: ATOM's
+`WindowBatch` (transformers' encoder, ATOM's slot decoder; float32, torch's threads)
+and CTranslate2's `Whisper.generate` on the packages' own model file (float32, as
+many threads), greedy, English given, no timestamps. Prints the seconds of speech
+transcribed per second of wall time (the real-time factor's inverse) for each batch
+size, and checks that both wrote the same tokens. No HTTP: the engine's work only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ctranslate2
+import torch
+from transformers import (
+    GenerationConfig,
+    WhisperFeatureExtractor,
+    WhisperForConditionalGeneration,
+    WhisperTokenizer,
+)
+
+from atom.audio.decode import decode_audio
+from atom.model.whisper.batch import WindowBatch
+from atom.model.whisper.decoding import WhisperTokens, WindowDecode, WindowTask, whisper_tokens
+from atom.model.whisper.package import model_bytes, package_data, transformers_folder
+from atom.model.whisper.slots import WhisperSlots
+from atom.vocabulary.config import Settings
+from bench.run import machine, publish
+
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "She sells sea shells by the sea shore.",
+    "A journey of a thousand miles begins with a single step.",
+    "The rain in Spain stays mainly in the plain.",
+    "Every morning the baker pulls fresh bread from the oven.",
+    "The harbour was quiet until the storm rolled in from the west.",
+    "Please remember to close the window before you leave the house.",
+    "Seven green bottles were standing on the wall.",
+)
+
+
+def spoken(folder: Path, work: Path) -> tuple[torch.Tensor, list[float]]:
+    """Each sentence's features [n, 80, 3000] and its seconds of speech."""
+    extractor = WhisperFeatureExtractor.from_pretrained(folder)
+    features, seconds = [], []
+    for i, text in enumerate(SENTENCES):
+        wav = work / f"{i}.wav"
+        subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
+        audio = decode_audio(wav.read_bytes(), max_seconds=30)
+        seconds.append(audio.seconds)
+        found = extractor(audio.samples, sampling_rate=16_000, return_tensors="pt")
+        features.append(found.input_features[0])
+    return torch.stack(features), seconds
+
+
+def atom_tokens(
+    model: WhisperForConditionalGeneration,
+    tokens: WhisperTokens,
+    features: torch.Tensor,
+    batch: int,
+) -> list[list[int]]:
+    windows = WindowBatch(WhisperSlots(model, num_slots=batch))
+    task = WindowTask(language="en")
+    out = []
+    for start in range(0, len(features), batch):
+        chunk = [
+            WindowDecode(tokens, task, max_tokens=448) for _ in features[start : start + batch]
+        ]
+        windows.start(chunk, features[start : start + batch])
+        while windows.num_active:
+            windows.step()
+        out += [w.generated for w in chunk]
+    return out
+
+
+def ct2_tokens(
+    model: Any, features: torch.Tensor, batch: int, prompt: list[int]
+) -> list[list[int]]:
+    out = []
+    for start in range(0, len(features), batch):
+        chunk = features[start : start + batch].numpy()
+        results = model.generate(
+            ctranslate2.StorageView.from_array(chunk), [prompt] * len(chunk), beam_size=1
+        )
+        out += [r.sequences_ids[0] for r in results]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--out", help="write the JSON here too")
+    args = p.parse_args()
+    folder = transformers_folder(Settings().cache_dir)
+    report: dict[str, Any] = {"machine": machine(), "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory() as work:
+        features, seconds = spoken(folder, Path(work))
+        ct2_dir = Path(work) / "ct2"
+        ct2_dir.mkdir()
+        (ct2_dir / "model.bin").write_bytes(model_bytes(package_data()))
+        for name in ("config.json", "vocabulary.json", "tokenizer.json"):
+            shutil.copy(package_data()[1] / name, ct2_dir / name)
+        tokenizer = WhisperTokenizer.from_pretrained(folder)
+        prompt = tokenizer.convert_tokens_to_ids(
+            ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+        )
+        reference = ctranslate2.models.Whisper(
+            str(ct2_dir),
+            device="cpu",
+            compute_type="float32",
+            intra_threads=torch.get_num_threads(),
+        )
+        model = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+        tokens = whisper_tokens(tokenizer, GenerationConfig.from_pretrained(folder))
+        speech = sum(seconds)
+        report["speech_seconds"] = round(speech, 2)
+        for batch in args.batch:
+            timings = {}
+            found = {}
+            for name, run in (
+                ("atom", lambda b=batch: atom_tokens(model, tokens, features, b)),
+                ("ctranslate2", lambda b=batch: ct2_tokens(reference, features, b, prompt)),
+            ):
+                start = time.perf_counter()
+                found[name] = run()
+                timings[name] = round(speech / (time.perf_counter() - start), 2)
+            report[f"batch_{batch}"] = {
+                "speech_seconds_per_second": timings,
+                "same_tokens": found["atom"] == found["ctranslate2"],
+            }
+    publish(report, args.out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
