@@ -19,8 +19,9 @@ import trio
 
 from atom.actors.device import DeviceThread
 from atom.actors.idle import IdleWatch
+from atom.actors.inbox import queued, submit, take
 from atom.model.pooling import PoolingRunner
-from atom.vocabulary.errors import AtomError, EngineFailed, Overloaded
+from atom.vocabulary.errors import AtomError, EngineFailed
 from atom.vocabulary.events import PoolingInput
 
 
@@ -66,12 +67,7 @@ class Pooler:
         """The runner's output for each input. Raises Overloaded when the queue is full,
         EngineFailed when the engine stopped; cancelling drops what is not yet run."""
         job = _Job(inputs=inputs, outputs=[None] * len(inputs), num_left=len(inputs))
-        try:
-            self._send.send_nowait(job)
-        except trio.WouldBlock:
-            raise Overloaded("too many pooling requests are waiting; retry shortly") from None
-        except trio.ClosedResourceError:
-            raise EngineFailed("the engine has stopped; the server is shutting down") from None
+        submit(self._send, job, what="pooling requests")
         try:
             await job.done.wait()
         finally:
@@ -94,13 +90,8 @@ class Pooler:
 
     async def _take_requests(self) -> None:
         """Everything queued; waits for a request when nothing is pending."""
-        if not self._pending:
-            self._enqueue(await self._inbox.receive())
-        while True:
-            try:
-                self._enqueue(self._inbox.receive_nowait())
-            except trio.WouldBlock:
-                return
+        for job in await take(self._inbox, wait=not self._pending):
+            self._enqueue(job)
 
     def _enqueue(self, job: _Job) -> None:
         self._pending.extend((job, idx) for idx in range(len(job.inputs)))
@@ -146,8 +137,5 @@ class Pooler:
         self._send.close()
         while self._pending:
             self._pending.popleft()[0].finish(error)
-        while True:
-            try:
-                self._inbox.receive_nowait().finish(error)
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
+        for job in queued(self._inbox):
+            job.finish(error)

@@ -8,12 +8,15 @@ torchaudio's own decoding needs an FFmpeg installed beside it (torchaudio 2.9+ h
 decoding to torchcodec).
 
 A file is decoded at most up to `max_seconds` of audio: past it, decoding stops and the
-file is refused (AudioTooLong), so memory is bounded by the limit, not by the file.
+file is refused (AudioTooLong). `audio_windows` gives the audio in windows as it is
+decoded (what a speech model takes at a time), so memory holds one window, not the
+file's whole audio.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import av
@@ -42,8 +45,36 @@ class Audio:
 
 
 def decode_audio(data: bytes, *, max_seconds: float) -> Audio:
-    """The first audio stream of a file's bytes, at 16 kHz mono; AudioError when there is
-    none, the bytes are damaged or cut short, or it is longer than `max_seconds`."""
+    """The first audio stream of a file's bytes, at 16 kHz mono, whole; AudioError when
+    there is none, the bytes are damaged or cut short, or it is longer than `max_seconds`."""
+    return Audio(np.concatenate(list(audio_windows(data, max_seconds=max_seconds))))
+
+
+def audio_windows(
+    data: bytes, *, max_seconds: float, window_seconds: float = 30.0
+) -> Iterator[np.ndarray]:
+    """The audio as decode_audio reads it, in windows of `window_seconds` (the last one
+    shorter), each as soon as it is decoded: beside the file's bytes, memory holds one
+    window. A file cut short is found at its end, after the windows before it."""
+    container, stream = _opened(data)
+    total = 0
+    with container:
+        parts = _within(_resampled(container, stream), max_seconds)
+        for window in _cut(parts, int(window_seconds * SAMPLE_RATE)):
+            total += len(window)
+            yield window
+        promised = _promised_seconds(container, stream)
+    if not total:
+        raise AudioError("the file holds no audio samples")
+    if promised is not None and promised - total / SAMPLE_RATE > TRUNCATED_SECONDS:
+        raise AudioError(
+            f"the file is cut short: its header promises {promised:.1f} s, "
+            f"it holds {total / SAMPLE_RATE:.1f} s"
+        )
+
+
+def _opened(data: bytes) -> tuple[av.container.InputContainer, av.audio.stream.AudioStream]:
+    """The file opened, and its first audio stream; AudioError when it has none."""
     if not data:
         raise AudioError("the file is empty")
     _check_wav_length(data)
@@ -51,42 +82,54 @@ def decode_audio(data: bytes, *, max_seconds: float) -> Audio:
         container = av.open(io.BytesIO(data), mode="r")
     except (av.error.FFmpegError, ValueError) as e:
         raise AudioError(f"not an audio file FFmpeg reads ({_reason(e)})") from None
-    with container:
-        stream = next(iter(container.streams.audio), None)
-        if stream is None:
-            raise AudioError("the file holds no audio stream")
-        samples = _resampled(container, stream, int(max_seconds * SAMPLE_RATE), max_seconds)
-        promised = _promised_seconds(container, stream)
-    if not len(samples):
-        raise AudioError("the file holds no audio samples")
-    if promised is not None and promised - len(samples) / SAMPLE_RATE > TRUNCATED_SECONDS:
-        raise AudioError(
-            f"the file is cut short: its header promises {promised:.1f} s, "
-            f"it holds {len(samples) / SAMPLE_RATE:.1f} s"
-        )
-    return Audio(samples)
+    stream = next(iter(container.streams.audio), None)
+    if stream is None:
+        container.close()
+        raise AudioError("the file holds no audio stream")
+    return container, stream
+
+
+def _within(parts: Iterator[np.ndarray], max_seconds: float) -> Iterator[np.ndarray]:
+    """The parts until they pass `max_seconds` of audio, then AudioTooLong."""
+    limit, total = int(max_seconds * SAMPLE_RATE), 0
+    for part in parts:
+        total += len(part)
+        if total > limit:
+            raise AudioTooLong(f"the audio is longer than {max_seconds:g} s, the limit")
+        yield part
+
+
+def _cut(parts: Iterator[np.ndarray], window: int) -> Iterator[np.ndarray]:
+    """Parts of any length, joined and cut into windows of `window` samples (the last
+    one shorter, if any is left)."""
+    held: list[np.ndarray] = []
+    count = 0
+    for part in parts:
+        held.append(part)
+        count += len(part)
+        if count >= window:
+            joined = np.concatenate(held)
+            while len(joined) >= window:
+                yield joined[:window]
+                joined = joined[window:]
+            held, count = [joined], len(joined)
+    if count:
+        yield np.concatenate(held)
 
 
 def _resampled(
-    container: av.container.InputContainer,
-    stream: av.audio.stream.AudioStream,
-    limit: int,
-    max_seconds: float,
-) -> np.ndarray:
+    container: av.container.InputContainer, stream: av.audio.stream.AudioStream
+) -> Iterator[np.ndarray]:
+    """The stream's frames, resampled to 16 kHz mono float32, as FFmpeg gives them."""
     resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-    parts: list[np.ndarray] = []
-    count = 0
     try:
         for frame in container.decode(stream):
             for part in resampler.resample(frame):
-                parts.append(part.to_ndarray().reshape(-1))
-                count += len(parts[-1])
-            if count > limit:
-                raise AudioTooLong(f"the audio is longer than {max_seconds:g} s, the limit")
-        parts += [part.to_ndarray().reshape(-1) for part in resampler.resample(None)]
+                yield part.to_ndarray().reshape(-1)
+        for part in resampler.resample(None):
+            yield part.to_ndarray().reshape(-1)
     except av.error.FFmpegError as e:
         raise AudioError(f"the audio is damaged ({_reason(e)})") from None
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def _promised_seconds(

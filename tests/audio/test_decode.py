@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from atom.audio.decode import SAMPLE_RATE, AudioError, AudioTooLong, decode_audio
+from atom.audio.decode import (
+    SAMPLE_RATE,
+    AudioError,
+    AudioTooLong,
+    audio_windows,
+    decode_audio,
+)
 from tests.audio.media import FORMATS, TONE_HZ, silent_video, tone
 
 
@@ -56,3 +62,11 @@ def test_audio_past_the_limit_is_refused_without_decoding_the_rest() -> None:
 def test_what_is_not_audio_is_refused(data: bytes, reason: str) -> None:
     with pytest.raises(AudioError, match=reason):
         decode_audio(data, max_seconds=60)
+
+
+def test_long_audio_comes_in_windows() -> None:
+    data = tone("flac", "flac", 16_000, seconds=7.0)
+    windows = list(audio_windows(data, max_seconds=60, window_seconds=3.0))
+    assert [len(w) for w in windows] == [3 * SAMPLE_RATE, 3 * SAMPLE_RATE, SAMPLE_RATE]
+    whole = decode_audio(data, max_seconds=60).samples
+    assert np.array_equal(np.concatenate(windows), whole)

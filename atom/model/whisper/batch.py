@@ -34,6 +34,13 @@ class WindowBatch:
         for slot, window in zip(taken, windows, strict=True):
             self._feeds[slot] = (window, window.first_feed())
 
+    def drop(self, window: WindowDecode) -> None:
+        """Stop a window before its end (its caller left); its slot is free again."""
+        for slot, (held, _) in list(self._feeds.items()):
+            if held is window:
+                del self._feeds[slot]
+                self._free.append(slot)
+
     def step(self) -> list[WindowDecode]:
         """One forward of every active window; returns those that ended (their slots free)."""
         if not self._feeds:

@@ -53,7 +53,7 @@ class WhisperSlots:
     @torch.inference_mode()
     def encode(self, slots: list[int], features: torch.Tensor) -> None:
         """Start a window in each slot: features [len(slots), mel bins, 3000] (30 s)."""
-        encoded = self.model.model.encoder(features.to(self._self_k.dtype)).last_hidden_state
+        encoded = self.model.model.encoder(features.to(self._self_k)).last_hidden_state
         index = torch.tensor(slots, device=encoded.device)
         for i, layer in enumerate(self.model.model.decoder.layers):
             attention = layer.encoder_attn
