@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,12 +22,13 @@ import ctranslate2
 import torch
 from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperTokenizer
 
-from atom.audio.decode import SAMPLE_RATE, decode_audio
+from atom.audio.decode import SAMPLE_RATE
 from atom.model.whisper.decoding import WindowDecode, WindowTask, whisper_tokens
-from atom.model.whisper.package import model_bytes, package_data, transformers_folder
+from atom.model.whisper.package import ctranslate2_folder, transformers_folder
 from atom.model.whisper.runtime import load_whisper
 from atom.vocabulary.config import Settings
 from bench.run import machine, publish
+from tests.audio.media import spoken
 
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
@@ -75,24 +74,13 @@ def word_error_rate(transcripts: list[str]) -> float:
     return errors / sum(len(words(s)) for s in SENTENCES)
 
 
-def spoken(work: Path) -> list[Any]:
-    samples = []
-    for i, text in enumerate(SENTENCES):
-        wav = work / f"{i}.wav"
-        subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
-        samples.append(decode_audio(wav.read_bytes(), max_seconds=30).samples)
-    return samples
-
-
 def atom_transcripts(folder: Path, samples: list[Any]) -> list[str]:
     runtime = load_whisper(folder, num_slots=len(samples))
     windows = [
         WindowDecode(runtime.tokens, WindowTask(language="en"), max_tokens=runtime.max_tokens)
         for _ in samples
     ]
-    runtime.start(windows, samples)
-    while runtime.batch.num_active:
-        runtime.batch.step()
+    runtime.decode(windows, samples)
     return [runtime.tokenizer.decode(w.generated).strip() for w in windows]
 
 
@@ -121,15 +109,11 @@ def main() -> None:
     tokens = whisper_tokens(tokenizer, GenerationConfig.from_pretrained(folder))
     prompt = [tokens.start_of_transcript, tokens.languages["en"], tokens.tasks["transcribe"]]
     prompt.append(tokens.no_timestamps)
+    samples = [spoken(text) for text in SENTENCES]
+    extractor = WhisperFeatureExtractor.from_pretrained(folder)
+    features = extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
     with tempfile.TemporaryDirectory() as work:
-        samples = spoken(Path(work))
-        extractor = WhisperFeatureExtractor.from_pretrained(folder)
-        features = extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
-        ct2_dir = Path(work) / "ct2"
-        ct2_dir.mkdir()
-        (ct2_dir / "model.bin").write_bytes(model_bytes(package_data()))
-        for name in ("config.json", "vocabulary.json", "tokenizer.json"):
-            shutil.copy(package_data()[1] / name, ct2_dir / name)
+        ct2_dir = ctranslate2_folder(Path(work))
         found = {
             "atom float32": atom_transcripts(folder, samples),
             "ctranslate2 float32": ct2_transcripts(ct2_dir, features, prompt, "float32", tokenizer),

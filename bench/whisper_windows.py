@@ -13,8 +13,6 @@ size, and checks that both wrote the same tokens. No HTTP: the engine's work onl
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,38 +27,25 @@ from transformers import (
     WhisperTokenizer,
 )
 
-from atom.audio.decode import decode_audio
+from atom.audio.decode import SAMPLE_RATE
 from atom.model.whisper.batch import WindowBatch
 from atom.model.whisper.decoding import WhisperTokens, WindowDecode, WindowTask, whisper_tokens
-from atom.model.whisper.package import model_bytes, package_data, transformers_folder
+from atom.model.whisper.package import ctranslate2_folder, transformers_folder
 from atom.model.whisper.slots import WhisperSlots
 from atom.vocabulary.config import Settings
 from bench.run import machine, publish
+from bench.whisper_wer import SENTENCES as WER_SENTENCES
+from tests.audio.media import spoken
 
-SENTENCES = (
-    "The quick brown fox jumps over the lazy dog.",
-    "She sells sea shells by the sea shore.",
-    "A journey of a thousand miles begins with a single step.",
-    "The rain in Spain stays mainly in the plain.",
-    "Every morning the baker pulls fresh bread from the oven.",
-    "The harbour was quiet until the storm rolled in from the west.",
-    "Please remember to close the window before you leave the house.",
-    "Seven green bottles were standing on the wall.",
-)
+SENTENCES = WER_SENTENCES[:8]
 
 
-def spoken(folder: Path, work: Path) -> tuple[torch.Tensor, list[float]]:
+def speech_features(folder: Path) -> tuple[torch.Tensor, list[float]]:
     """Each sentence's features [n, 80, 3000] and its seconds of speech."""
     extractor = WhisperFeatureExtractor.from_pretrained(folder)
-    features, seconds = [], []
-    for i, text in enumerate(SENTENCES):
-        wav = work / f"{i}.wav"
-        subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
-        audio = decode_audio(wav.read_bytes(), max_seconds=30)
-        seconds.append(audio.seconds)
-        found = extractor(audio.samples, sampling_rate=16_000, return_tensors="pt")
-        features.append(found.input_features[0])
-    return torch.stack(features), seconds
+    samples = [spoken(text) for text in SENTENCES]
+    found = extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    return found.input_features, [len(s) / SAMPLE_RATE for s in samples]
 
 
 def atom_tokens(
@@ -104,12 +89,8 @@ def main() -> None:
     folder = transformers_folder(Settings().cache_dir)
     report: dict[str, Any] = {"machine": machine(), "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory() as work:
-        features, seconds = spoken(folder, Path(work))
-        ct2_dir = Path(work) / "ct2"
-        ct2_dir.mkdir()
-        (ct2_dir / "model.bin").write_bytes(model_bytes(package_data()))
-        for name in ("config.json", "vocabulary.json", "tokenizer.json"):
-            shutil.copy(package_data()[1] / name, ct2_dir / name)
+        features, seconds = speech_features(folder)
+        ct2_dir = ctranslate2_folder(Path(work))
         tokenizer = WhisperTokenizer.from_pretrained(folder)
         prompt = tokenizer.convert_tokens_to_ids(
             ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -31,7 +31,6 @@ from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.runtime import WhisperRuntime
 from atom.vocabulary.errors import AtomError, EngineFailed
 
-SAMPLE_RATE = 16_000  # the windows' samples a second (atom/audio/decode.py)
 T = TypeVar("T")
 
 
@@ -58,13 +57,11 @@ class _Job:
     is_abandoned: bool = False
 
     def next_window(self, runtime: WhisperRuntime) -> WindowDecode:
-        prompt = self.task.previous + self.previous
-        task = WindowTask(
-            task=self.task.task,
+        """The next window's decoding: prompted with the last window's text, in its language."""
+        task = replace(
+            self.task,
             language=self.task.language or self.language,
-            timestamps=self.task.timestamps,
-            temperature=self.task.temperature,
-            previous=prompt,
+            previous=self.task.previous + self.previous,
         )
         return WindowDecode(runtime.tokens, task, max_tokens=runtime.max_tokens)
 
@@ -73,7 +70,7 @@ class _Job:
 class _Running:
     job: _Job
     index: int
-    window: WindowDecode = field(repr=False)
+    window: WindowDecode
 
 
 class Transcriber:
@@ -168,8 +165,9 @@ class Transcriber:
     def _finish(self, run: _Running) -> None:
         job, window = run.job, run.window
         assert window.language is not None
-        start = sum(len(a) for a in job.audio[: run.index]) / SAMPLE_RATE
-        seconds = len(job.audio[run.index]) / SAMPLE_RATE
+        rate = self._runtime.sample_rate
+        start = sum(len(a) for a in job.audio[: run.index]) / rate
+        seconds = len(job.audio[run.index]) / rate
         job.send.send_nowait(
             WindowDone(run.index, start, seconds, window.language, tuple(window.generated))
         )

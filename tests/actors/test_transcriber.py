@@ -4,7 +4,6 @@ decode their windows together, each window as the model decodes it alone."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +13,12 @@ import trio.testing
 
 from atom.actors.device import DeviceThread
 from atom.actors.transcriber import Transcriber, WindowDone
-from atom.audio.decode import SAMPLE_RATE, decode_audio
+from atom.audio.decode import SAMPLE_RATE
 from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.package import transformers_folder
 from atom.model.whisper.runtime import WhisperRuntime, load_whisper
 from atom.vocabulary.errors import Overloaded
+from tests.audio.media import spoken
 
 pytestmark = pytest.mark.skipif(
     shutil.which("espeak-ng") is None, reason="needs Debian's espeak-ng (make test installs it)"
@@ -30,30 +30,22 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return transformers_folder(str(tmp_path_factory.mktemp("cache")))
 
 
-def spoken(text: str, tmp_path: Path) -> np.ndarray:
-    wav = tmp_path / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
-    return decode_audio(wav.read_bytes(), max_seconds=30).samples
-
-
 def alone(runtime: WhisperRuntime, audio: np.ndarray, task: WindowTask) -> WindowDecode:
     """One window decoded by itself, the reference."""
     window = WindowDecode(runtime.tokens, task, max_tokens=runtime.max_tokens)
-    runtime.start([window], [audio])
-    while runtime.batch.num_active:
-        runtime.batch.step()
+    runtime.decode([window], [audio])
     return window
 
 
 async def test_requests_decode_together_and_windows_follow_each_other(
-    folder: Path, tmp_path: Path
+    folder: Path,
 ) -> None:
     """Two requests at once: a sentence, and two windows (a sentence, then another).
     Both decode in the same steps; each window is its decoding alone, the second window
     prompted with the first one's text, and its start is the first one's length."""
-    fox = spoken("The quick brown fox jumps over the lazy dog.", tmp_path)
-    shells = spoken("She sells sea shells by the sea shore.", tmp_path)
-    rain = spoken("The rain in Spain stays mainly in the plain.", tmp_path)
+    fox = spoken("The quick brown fox jumps over the lazy dog.")
+    shells = spoken("She sells sea shells by the sea shore.")
+    rain = spoken("The rain in Spain stays mainly in the plain.")
     runtime = load_whisper(folder, num_slots=4)
     task = WindowTask(language="en")
     device = DeviceThread()
@@ -87,9 +79,9 @@ async def test_requests_decode_together_and_windows_follow_each_other(
 
 
 async def test_a_full_queue_is_overloaded_and_a_caller_that_leaves_frees_its_slot(
-    folder: Path, tmp_path: Path
+    folder: Path,
 ) -> None:
-    fox = spoken("The quick brown fox jumps over the lazy dog.", tmp_path)
+    fox = spoken("The quick brown fox jumps over the lazy dog.")
     runtime = load_whisper(folder, num_slots=1)
     device = DeviceThread()
     transcriber = Transcriber(runtime, device=device, max_queued_requests=1)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import tempfile
+from pathlib import Path
 
 import av
 import numpy as np
+
+from atom.audio.decode import decode_audio
 
 TONE_HZ = 440.0
 
@@ -52,3 +57,11 @@ def silent_video(seconds: float = 1.0) -> bytes:
         for packet in stream.encode(None):
             out.mux(packet)
     return buffer.getvalue()
+
+
+def spoken(text: str) -> np.ndarray:
+    """`text` said by Debian's espeak-ng, as 16 kHz mono samples (atom/audio/decode.py)."""
+    with tempfile.TemporaryDirectory() as folder:
+        wav = Path(folder) / "speech.wav"
+        subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
+        return decode_audio(wav.read_bytes(), max_seconds=30).samples

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import ctranslate2
@@ -17,10 +16,10 @@ from transformers import (
     WhisperTokenizer,
 )
 
-from atom.audio.decode import decode_audio
 from atom.model.whisper.convert import state_dict
 from atom.model.whisper.ct2 import Ct2Error, read_model
-from atom.model.whisper.package import model_bytes, package_data, transformers_folder
+from atom.model.whisper.package import ctranslate2_folder, package_data, transformers_folder
+from tests.audio.media import spoken
 
 SPEECH = "The quick brown fox jumps over the lazy dog. It was a sunny morning."
 
@@ -92,9 +91,7 @@ def greedy(
 def test_the_packaged_whisper_hears_what_ctranslate2_hears(folder: Path, tmp_path: Path) -> None:
     """The converted base model's greedy transcript of spoken English equals
     CTranslate2's (faster-whisper's engine) on the packages' own model file."""
-    wav = tmp_path / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(wav), SPEECH], check=True)
-    samples = decode_audio(wav.read_bytes(), max_seconds=30).samples
+    samples = spoken(SPEECH)
     features = WhisperFeatureExtractor.from_pretrained(folder)(
         samples, sampling_rate=16_000, return_tensors="pt"
     ).input_features
@@ -102,15 +99,9 @@ def test_the_packaged_whisper_hears_what_ctranslate2_hears(folder: Path, tmp_pat
     prompt = tokenizer.convert_tokens_to_ids(
         ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
     )
-    model = WhisperForConditionalGeneration.from_pretrained(
-        folder, torch_dtype=torch.float32
-    ).eval()
+    model = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     ours = greedy(model, features, prompt, model.config.suppress_tokens)
-    ct2_dir = tmp_path / "ct2"
-    ct2_dir.mkdir()
-    (ct2_dir / "model.bin").write_bytes(model_bytes(package_data()))
-    for name in ("config.json", "vocabulary.json", "tokenizer.json"):
-        shutil.copy(package_data()[1] / name, ct2_dir / name)
+    ct2_dir = ctranslate2_folder(tmp_path / "ct2")
     reference = ctranslate2.models.Whisper(str(ct2_dir), device="cpu", compute_type="float32")
     [result] = reference.generate(
         ctranslate2.StorageView.from_array(features.numpy()), [prompt], beam_size=1

@@ -5,7 +5,6 @@ together against CTranslate2's (faster-whisper's engine) decoding of each alone.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import ctranslate2
@@ -19,7 +18,6 @@ from transformers import (
     WhisperTokenizer,
 )
 
-from atom.audio.decode import decode_audio
 from atom.model.whisper.batch import WindowBatch
 from atom.model.whisper.decoding import (
     WhisperTokens,
@@ -29,8 +27,9 @@ from atom.model.whisper.decoding import (
     segments_of,
     whisper_tokens,
 )
-from atom.model.whisper.package import model_bytes, package_data, transformers_folder
+from atom.model.whisper.package import ctranslate2_folder, transformers_folder
 from atom.model.whisper.slots import WhisperSlots
+from tests.audio.media import spoken
 
 
 def tiny_whisper() -> WhisperForConditionalGeneration:
@@ -122,20 +121,12 @@ SENTENCES = (
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the converted transformers folder, a CTranslate2 folder of the packages' files)."""
     cache = tmp_path_factory.mktemp("cache")
-    ct2 = cache / "ct2"
-    ct2.mkdir()
-    (ct2 / "model.bin").write_bytes(model_bytes(package_data()))
-    for name in ("config.json", "vocabulary.json", "tokenizer.json"):
-        shutil.copy(package_data()[1] / name, ct2 / name)
-    return transformers_folder(str(cache)), ct2
+    return transformers_folder(str(cache)), ctranslate2_folder(cache / "ct2")
 
 
-def speech(text: str, folder: Path, tmp_path: Path) -> torch.Tensor:
-    wav = tmp_path / "speech.wav"
-    subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
-    samples = decode_audio(wav.read_bytes(), max_seconds=30).samples
+def features_of(text: str, folder: Path) -> torch.Tensor:
     extractor = WhisperFeatureExtractor.from_pretrained(folder)
-    return extractor(samples, sampling_rate=16_000, return_tensors="pt").input_features[0]
+    return extractor(spoken(text), sampling_rate=16_000, return_tensors="pt").input_features[0]
 
 
 @pytest.mark.skipif(
@@ -152,7 +143,7 @@ def test_windows_decoded_together_equal_ctranslate2_alone(
     tokens = whisper_tokens(
         WhisperTokenizer.from_pretrained(folder), GenerationConfig.from_pretrained(folder)
     )
-    features = torch.stack([speech(text, folder, tmp_path) for text in SENTENCES])
+    features = torch.stack([features_of(text, folder) for text in SENTENCES])
     batch = WindowBatch(WhisperSlots(model, num_slots=4))
     task = WindowTask(timestamps=timestamps)
     windows = [WindowDecode(tokens, task, max_tokens=448) for _ in SENTENCES]

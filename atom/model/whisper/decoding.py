@@ -51,10 +51,10 @@ class WindowDecode:
     tokens: WhisperTokens
     task: WindowTask
     max_tokens: int  # the window's whole context, prompt included
-    generator: torch.Generator | None = None
-    language: str | None = None
-    generated: list[int] = field(default_factory=list)
-    fed: int = 0  # tokens fed so far, prompt included
+    generator: torch.Generator | None = None  # for a temperature above 0
+    language: str | None = field(init=False)  # the task's, or detected at the first step
+    generated: list[int] = field(init=False, default_factory=list)
+    fed: int = field(init=False, default=0)  # tokens fed so far, prompt included
 
     def __post_init__(self) -> None:
         self.language = self.task.language

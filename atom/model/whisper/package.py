@@ -47,6 +47,18 @@ def model_bytes(folders: list[Path]) -> bytes:
     return b"".join(p.read_bytes() for p in parts)
 
 
+def ctranslate2_folder(target: Path) -> Path:
+    """The packages' model as CTranslate2 (faster-whisper) loads it, written into
+    `target`: its model file joined, its config, vocabulary and tokenizer (the reference
+    the tests and benchmarks compare ATOM's decoding with)."""
+    folders = package_data()
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "model.bin").write_bytes(model_bytes(folders))
+    for name in ("config.json", "vocabulary.json", "tokenizer.json"):
+        shutil.copy(next(f / name for f in folders if (f / name).is_file()), target / name)
+    return target
+
+
 def transformers_folder(cache_dir: str) -> Path:
     """The converted folder (config, generation config, weights, tokenizer, feature
     extractor), made on first use: written beside, then renamed into place."""

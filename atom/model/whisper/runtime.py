@@ -29,15 +29,25 @@ class WhisperRuntime:
     tokens: WhisperTokens
 
     @property
+    def sample_rate(self) -> int:
+        """The audio's samples a second that the model hears (16 kHz for Whisper)."""
+        return int(self.extractor.sampling_rate)
+
+    @property
     def max_tokens(self) -> int:
         return self.batch.slots.max_tokens
 
     def start(self, windows: list[WindowDecode], audio: list[np.ndarray]) -> None:
         """Encode windows of audio (16 kHz mono, at most 30 s each) into free slots."""
-        found = self.extractor(
-            audio, sampling_rate=self.extractor.sampling_rate, return_tensors="pt"
-        )
+        found = self.extractor(audio, sampling_rate=self.sample_rate, return_tensors="pt")
         self.batch.start(windows, found.input_features)
+
+    def decode(self, windows: list[WindowDecode], audio: list[np.ndarray]) -> None:
+        """Start windows and step until every window has ended: in process, alone (the
+        Transcriber steps its batch itself)."""
+        self.start(windows, audio)
+        while self.batch.num_active:
+            self.batch.step()
 
 
 def load_whisper(folder: Path, *, num_slots: int, device: str = "cpu") -> WhisperRuntime:
