@@ -57,11 +57,15 @@ class _Job:
     is_abandoned: bool = False
 
     def next_window(self, runtime: WhisperRuntime) -> WindowDecode:
-        """The next window's decoding: prompted with the last window's text, in its language."""
+        """The next window's decoding: prompted with the last window's text, in its
+        language, sampling (at a temperature above 0) from the request's seed plus the
+        window's index."""
+        seed = self.task.seed
         task = replace(
             self.task,
             language=self.task.language or self.language,
             previous=self.task.previous + self.previous,
+            seed=None if seed is None else seed + self.next_index,
         )
         return WindowDecode(runtime.tokens, task, max_tokens=runtime.max_tokens)
 

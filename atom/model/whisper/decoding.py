@@ -43,6 +43,7 @@ class WindowTask:
     language: str | None = None  # None: detected from the window
     timestamps: bool = False
     temperature: float = 0.0
+    seed: int | None = None  # a temperature above 0 samples from it (None: a fresh seed)
     previous: tuple[int, ...] = ()  # the prompt's text tokens (earlier speech, spellings)
 
 
@@ -51,7 +52,7 @@ class WindowDecode:
     tokens: WhisperTokens
     task: WindowTask
     max_tokens: int  # the window's whole context, prompt included
-    generator: torch.Generator | None = None  # for a temperature above 0
+    generator: torch.Generator | None = field(init=False, default=None)  # made on first sample
     language: str | None = field(init=False)  # the task's, or detected at the first step
     generated: list[int] = field(init=False, default_factory=list)
     fed: int = field(init=False, default=0)  # tokens fed so far, prompt included
@@ -101,6 +102,12 @@ class WindowDecode:
             apply_timestamp_rules(logits, self.generated, self.tokens)
         if self.task.temperature <= 0:
             return int(logits.argmax())
+        if self.generator is None:
+            self.generator = torch.Generator(device=logits.device)
+            if self.task.seed is None:
+                self.generator.seed()
+            else:
+                self.generator.manual_seed(self.task.seed)
         probs = torch.softmax(logits / self.task.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
