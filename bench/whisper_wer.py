@@ -20,12 +20,11 @@ from typing import Any
 
 import ctranslate2
 import torch
-from transformers import GenerationConfig, WhisperFeatureExtractor, WhisperTokenizer
+from transformers import WhisperTokenizer
 
-from atom.audio.decode import SAMPLE_RATE
-from atom.model.whisper.decoding import WindowDecode, WindowTask, whisper_tokens
+from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.package import ctranslate2_folder, transformers_folder
-from atom.model.whisper.runtime import load_whisper
+from atom.model.whisper.runtime import WhisperRuntime, load_whisper
 from atom.vocabulary.config import Settings
 from bench.run import machine, publish
 from tests.audio.media import spoken
@@ -53,6 +52,8 @@ SENTENCES = (
     "The price of coffee has gone up again this year.",
 )
 
+TASK = WindowTask(language="en")
+
 
 def words(text: str) -> list[str]:
     return re.sub(r"[^\w\s']", " ", text.lower()).split()
@@ -74,12 +75,9 @@ def word_error_rate(transcripts: list[str]) -> float:
     return errors / sum(len(words(s)) for s in SENTENCES)
 
 
-def atom_transcripts(folder: Path, samples: list[Any]) -> list[str]:
-    runtime = load_whisper(folder, num_slots=len(samples))
-    windows = [
-        WindowDecode(runtime.tokens, WindowTask(language="en"), max_tokens=runtime.max_tokens)
-        for _ in samples
-    ]
+def atom_transcripts(runtime: WhisperRuntime, samples: list[Any]) -> list[str]:
+    """The sentences' windows decoded together."""
+    windows = [WindowDecode(runtime.tokens, TASK, max_tokens=runtime.max_tokens) for _ in samples]
     runtime.decode(windows, samples)
     return [runtime.tokenizer.decode(w.generated).strip() for w in windows]
 
@@ -105,17 +103,19 @@ def main() -> None:
     p.add_argument("--out", help="write the JSON here too")
     args = p.parse_args()
     folder = transformers_folder(Settings().cache_dir)
-    tokenizer = WhisperTokenizer.from_pretrained(folder)
-    tokens = whisper_tokens(tokenizer, GenerationConfig.from_pretrained(folder))
-    prompt = [tokens.start_of_transcript, tokens.languages["en"], tokens.tasks["transcribe"]]
-    prompt.append(tokens.no_timestamps)
     samples = [spoken(text) for text in SENTENCES]
-    extractor = WhisperFeatureExtractor.from_pretrained(folder)
-    features = extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    runtime = load_whisper(folder, num_slots=len(samples))
+    tokenizer = runtime.tokenizer
+    # the prompt ATOM's windows begin with, for CTranslate2 to begin with too
+    prompt = WindowDecode(runtime.tokens, TASK, max_tokens=runtime.max_tokens).first_feed()
+    extractor = runtime.extractor
+    features = extractor(
+        samples, sampling_rate=runtime.sample_rate, return_tensors="pt"
+    ).input_features
     with tempfile.TemporaryDirectory() as work:
         ct2_dir = ctranslate2_folder(Path(work))
         found = {
-            "atom float32": atom_transcripts(folder, samples),
+            "atom float32": atom_transcripts(runtime, samples),
             "ctranslate2 float32": ct2_transcripts(ct2_dir, features, prompt, "float32", tokenizer),
             "ctranslate2 int8": ct2_transcripts(ct2_dir, features, prompt, "int8", tokenizer),
         }

@@ -20,50 +20,37 @@ from typing import Any
 
 import ctranslate2
 import torch
-from transformers import (
-    GenerationConfig,
-    WhisperFeatureExtractor,
-    WhisperForConditionalGeneration,
-    WhisperTokenizer,
-)
 
-from atom.audio.decode import SAMPLE_RATE
-from atom.model.whisper.batch import WindowBatch
-from atom.model.whisper.decoding import WhisperTokens, WindowDecode, WindowTask, whisper_tokens
+from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.package import ctranslate2_folder, transformers_folder
-from atom.model.whisper.slots import WhisperSlots
+from atom.model.whisper.runtime import WhisperRuntime, load_whisper
 from atom.vocabulary.config import Settings
 from bench.run import machine, publish
 from bench.whisper_wer import SENTENCES as WER_SENTENCES
 from tests.audio.media import spoken
 
 SENTENCES = WER_SENTENCES[:8]
+TASK = WindowTask(language="en")
 
 
-def speech_features(folder: Path) -> tuple[torch.Tensor, list[float]]:
+def speech_features(runtime: WhisperRuntime) -> tuple[torch.Tensor, list[float]]:
     """Each sentence's features [n, 80, 3000] and its seconds of speech."""
-    extractor = WhisperFeatureExtractor.from_pretrained(folder)
     samples = [spoken(text) for text in SENTENCES]
-    found = extractor(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
-    return found.input_features, [len(s) / SAMPLE_RATE for s in samples]
+    found = runtime.extractor(samples, sampling_rate=runtime.sample_rate, return_tensors="pt")
+    return found.input_features, [len(s) / runtime.sample_rate for s in samples]
 
 
-def atom_tokens(
-    model: WhisperForConditionalGeneration,
-    tokens: WhisperTokens,
-    features: torch.Tensor,
-    batch: int,
-) -> list[list[int]]:
-    windows = WindowBatch(WhisperSlots(model, num_slots=batch))
-    task = WindowTask(language="en")
+def atom_tokens(runtime: WhisperRuntime, features: torch.Tensor, batch: int) -> list[list[int]]:
+    """Every window's tokens, `batch` windows decoding together at a time."""
     out = []
     for start in range(0, len(features), batch):
         chunk = [
-            WindowDecode(tokens, task, max_tokens=448) for _ in features[start : start + batch]
+            WindowDecode(runtime.tokens, TASK, max_tokens=runtime.max_tokens)
+            for _ in features[start : start + batch]
         ]
-        windows.start(chunk, features[start : start + batch])
-        while windows.num_active:
-            windows.step()
+        runtime.batch.start(chunk, features[start : start + batch])
+        while runtime.batch.num_active:
+            runtime.batch.step()
         out += [w.generated for w in chunk]
     return out
 
@@ -89,27 +76,24 @@ def main() -> None:
     folder = transformers_folder(Settings().cache_dir)
     report: dict[str, Any] = {"machine": machine(), "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory() as work:
-        features, seconds = speech_features(folder)
+        runtime = load_whisper(folder, num_slots=max(args.batch))
+        features, seconds = speech_features(runtime)
         ct2_dir = ctranslate2_folder(Path(work))
-        tokenizer = WhisperTokenizer.from_pretrained(folder)
-        prompt = tokenizer.convert_tokens_to_ids(
-            ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
-        )
+        # the prompt ATOM's windows begin with, for CTranslate2 to begin with too
+        prompt = WindowDecode(runtime.tokens, TASK, max_tokens=runtime.max_tokens).first_feed()
         reference = ctranslate2.models.Whisper(
             str(ct2_dir),
             device="cpu",
             compute_type="float32",
             intra_threads=torch.get_num_threads(),
         )
-        model = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
-        tokens = whisper_tokens(tokenizer, GenerationConfig.from_pretrained(folder))
         speech = sum(seconds)
         report["speech_seconds"] = round(speech, 2)
         for batch in args.batch:
             timings = {}
             found = {}
             for name, run in (
-                ("atom", lambda b=batch: atom_tokens(model, tokens, features, b)),
+                ("atom", lambda b=batch: atom_tokens(runtime, features, b)),
                 ("ctranslate2", lambda b=batch: ct2_tokens(reference, features, b, prompt)),
             ):
                 start = time.perf_counter()

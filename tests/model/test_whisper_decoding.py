@@ -11,11 +11,8 @@ import ctranslate2
 import pytest
 import torch
 from transformers import (
-    GenerationConfig,
     WhisperConfig,
-    WhisperFeatureExtractor,
     WhisperForConditionalGeneration,
-    WhisperTokenizer,
 )
 
 from atom.model.whisper.batch import WindowBatch
@@ -25,9 +22,9 @@ from atom.model.whisper.decoding import (
     WindowTask,
     apply_timestamp_rules,
     segments_of,
-    whisper_tokens,
 )
 from atom.model.whisper.package import ctranslate2_folder, transformers_folder
+from atom.model.whisper.runtime import load_whisper
 from atom.model.whisper.slots import WhisperSlots
 from tests.audio.media import spoken
 
@@ -144,32 +141,24 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return transformers_folder(str(cache)), ctranslate2_folder(cache / "ct2")
 
 
-def features_of(text: str, folder: Path) -> torch.Tensor:
-    extractor = WhisperFeatureExtractor.from_pretrained(folder)
-    return extractor(spoken(text), sampling_rate=16_000, return_tensors="pt").input_features[0]
-
-
 @pytest.mark.skipif(
     shutil.which("espeak-ng") is None, reason="needs Debian's espeak-ng (make test installs it)"
 )
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_windows_decoded_together_equal_ctranslate2_alone(
-    packaged: tuple[Path, Path], tmp_path: Path, timestamps: bool
+    packaged: tuple[Path, Path], timestamps: bool
 ) -> None:
     """Two spoken sentences in one batch, their language detected, with and without
     timestamps: each window's tokens are CTranslate2's greedy decoding of it alone."""
     folder, ct2_folder = packaged
-    model = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
-    tokens = whisper_tokens(
-        WhisperTokenizer.from_pretrained(folder), GenerationConfig.from_pretrained(folder)
-    )
-    features = torch.stack([features_of(text, folder) for text in SENTENCES])
-    batch = WindowBatch(WhisperSlots(model, num_slots=4))
+    runtime = load_whisper(folder, num_slots=4)
+    tokens = runtime.tokens
+    audio = [spoken(text) for text in SENTENCES]
     task = WindowTask(timestamps=timestamps)
-    windows = [WindowDecode(tokens, task, max_tokens=448) for _ in SENTENCES]
-    batch.start(windows, features)
-    while batch.num_active:
-        batch.step()
+    windows = [WindowDecode(tokens, task, max_tokens=runtime.max_tokens) for _ in SENTENCES]
+    runtime.decode(windows, audio)
+    extracted = runtime.extractor(audio, sampling_rate=runtime.sample_rate, return_tensors="pt")
+    features = extracted.input_features
     assert [w.language for w in windows] == ["en", "en"]
     reference = ctranslate2.models.Whisper(str(ct2_folder), device="cpu", compute_type="float32")
     prompt = [tokens.start_of_transcript, tokens.languages["en"], tokens.tasks["transcribe"]]
