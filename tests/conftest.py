@@ -12,9 +12,12 @@ from typing import Any
 
 import hypercorn.trio
 import pytest
+import torch
 import trio
 from hypercorn.config import Config
+from transformers import WhisperConfig, WhisperForConditionalGeneration
 
+from atom.actors.cores import Loaded
 from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.fake_pooling import FakePoolingRunner
 from atom.model.fake_runner import FakeRunner, Script
@@ -22,6 +25,8 @@ from atom.model.heap import thaw_heap
 from atom.model.loader import load_tokenizer
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
+from atom.model.whisper.package import transformers_folder
+from atom.model.whisper.runtime import WhisperRuntime, whisper_runtime
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 
@@ -43,16 +48,19 @@ def tokenizer() -> Any:
 
 def fake_loader(
     tokenizer: Any, *, reply: str = FAKE_REPLY, step_delay_s: float = 0.0, max_model_len: int = 2048
-) -> Callable[[Settings, ModelSpec], Runtime | PoolingRuntime]:
+) -> Callable[[Settings, ModelSpec], Loaded]:
     """A loader for create_app/Engine: FakeRunner replying `reply` for generation models,
-    FakePoolingRunner for the others; the real tokenizer."""
+    a tiny random Whisper for speech models, FakePoolingRunner for the others; the real
+    tokenizers."""
     script = replying(tokenizer, reply)
 
     def load_weights(path: str) -> Script:
         """Fake weights: a text file holding the reply they give."""
         return replying(tokenizer, Path(path).read_text())
 
-    def load(settings: Settings, spec: ModelSpec) -> Runtime | PoolingRuntime:
+    def load(settings: Settings, spec: ModelSpec) -> Loaded:
+        if spec.kind is ModelKind.TRANSCRIBE:
+            return fake_speech_runtime(settings.cache_dir)
         if spec.kind is not ModelKind.GENERATE:
             return fake_pooling_runtime(bert_tokenizer(), spec.kind)
         runner = FakeRunner(
@@ -85,6 +93,21 @@ def replying(tokenizer: Any, reply: str) -> Script:
 def bert_tokenizer() -> Any:
     """all-MiniLM-L6-v2's real tokenizer (WordPiece, with segment ids for pairs)."""
     return load_tokenizer("all-MiniLM-L6-v2", cache_dir=Settings().cache_dir)
+
+
+def fake_speech_runtime(cache_dir: str) -> WhisperRuntime:
+    """A Whisper of random weights, a few kilobytes a layer, with Whisper base's real
+    tokenizer and special tokens (the packaged model's folder, converted once)."""
+    folder = transformers_folder(cache_dir)
+    config = WhisperConfig.from_pretrained(folder)
+    for name in ("encoder_layers", "decoder_layers"):
+        setattr(config, name, 1)
+    for name in ("encoder_attention_heads", "decoder_attention_heads"):
+        setattr(config, name, 2)
+    config.d_model, config.encoder_ffn_dim, config.decoder_ffn_dim = 16, 32, 32
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(config).eval()
+    return whisper_runtime(model, folder, num_slots=2)
 
 
 def fake_pooling_runtime(tokenizer: Any, kind: ModelKind) -> PoolingRuntime:

@@ -33,20 +33,23 @@ def test_default_models_and_readable_names() -> None:
     assert [(s.name, s.kind) for s in defaults] == [
         ("SmolLM2-135M-Instruct", ModelKind.GENERATE),
         ("all-MiniLM-L6-v2", ModelKind.EMBED),
+        ("whisper-base", ModelKind.TRANSCRIBE),
     ]
     assert served_models(Settings(model=("/models/Qwen3-0.6B/",)))[0].name == "Qwen3-0.6B"
 
 
 def test_several_models_pair_with_their_names_and_say_what_they_do(tmp_path: Path) -> None:
     encoder, ranker = tmp_path / "enc", tmp_path / "ranker"
+    speech = tmp_path / "speech"
     for folder, config in (
         (encoder, {"architectures": ["BertModel"]}),
         (ranker, {"architectures": ["BertForSequenceClassification"], "num_labels": 1}),
+        (speech, {"architectures": ["WhisperForConditionalGeneration"]}),
     ):
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps(config))
     env = {
-        "ATOM_MODEL": f"SmolLM2-135M-Instruct,{encoder},{ranker}",
+        "ATOM_MODEL": f"SmolLM2-135M-Instruct,{encoder},{ranker},{speech}",
         "ATOM_SERVED_MODEL_NAME": "chat",
     }
     specs = served_models(Settings.from_env(env))
@@ -54,6 +57,7 @@ def test_several_models_pair_with_their_names_and_say_what_they_do(tmp_path: Pat
         ("chat", ModelKind.GENERATE),
         ("enc", ModelKind.EMBED),
         ("ranker", ModelKind.SCORE),
+        ("speech", ModelKind.TRANSCRIBE),
     ]
     with pytest.raises(ValueError, match="one name"):
         served_models(Settings(model=(str(encoder), str(encoder))))

@@ -1,5 +1,5 @@
 """What routes and request actors hold of a loaded model: its core, one frozen record a
-model (a generation model's or a pooling model's)."""
+model (a generation model's, a pooling model's or a speech model's)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from typing import Any
 from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
 from atom.actors.pooler import Pooler
+from atom.actors.transcriber import Transcriber
 from atom.model.catalog import ModelKind
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.vision.prompter import ImagePrompter
+from atom.model.whisper.runtime import WhisperRuntime
 from atom.projections.responses_store import ResponsesStore
 from atom.vocabulary.tenant import EVERYONE, Tenant
 
@@ -61,5 +63,20 @@ class PoolingCore:
     description: Mapping[str, str] = field(default_factory=dict)
 
 
-Core = EngineCore | PoolingCore
-Loaded = Runtime | PoolingRuntime
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranscriptionCore:
+    """What the audio routes use of a loaded speech model (Whisper)."""
+
+    name: str
+    kind: ModelKind
+    bus: EventBus
+    transcriber: Transcriber
+    runtime: WhisperRuntime  # its tokenizer and special tokens (the model is the actor's)
+    clock: Clock
+    max_model_len: int  # the decoder's context a window (448 for Whisper)
+    max_audio_seconds: float  # longer audio is refused (--max-audio-seconds)
+    description: Mapping[str, str] = field(default_factory=dict)
+
+
+Core = EngineCore | PoolingCore | TranscriptionCore
+Loaded = Runtime | PoolingRuntime | WhisperRuntime

@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from atom.actors.bus import Clock, EventBus
-from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
+from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore, TranscriptionCore
 from atom.actors.device import DeviceThread
 from atom.actors.kv_events import publisher
 from atom.actors.models import Models
@@ -44,6 +44,8 @@ from atom.vocabulary.events import (
     RequestCompleted,
     RequestFailed,
     RequestReceived,
+    TranscriptionFinished,
+    TranscriptionRequested,
 )
 
 log = structlog.get_logger(__name__)
@@ -75,8 +77,10 @@ def terminate_process(grace_s: float = 1.0) -> None:
 
 
 GENERATION = frozenset({ModelKind.GENERATE})
-OPENS = (RequestReceived, PoolingRequested)  # a request's first event, and its last ones
-ENDS = (RequestCompleted, RequestFailed, RequestAborted, PoolingFinished)
+# A request's first event, and its last ones.
+OPENS = (RequestReceived, PoolingRequested, TranscriptionRequested)
+ENDS = (RequestCompleted, RequestFailed, RequestAborted, PoolingFinished, TranscriptionFinished)
+SPEECH = frozenset({ModelKind.TRANSCRIBE})
 SAME_STOP_S = 1.0  # a signal this soon after the one that began the drain repeats it
 
 
@@ -141,6 +145,12 @@ class Engine:
     ) -> PoolingCore:
         core = self.core(requested, kinds, route)
         assert isinstance(core, PoolingCore)
+        return core
+
+    def transcription(self, requested: str | None, route: str) -> TranscriptionCore:
+        """The speech model a request names (the first one when it names none)."""
+        core = self.core(requested, SPEECH, route)
+        assert isinstance(core, TranscriptionCore)
         return core
 
     def core(self, requested: str | None, kinds: frozenset[ModelKind], route: str) -> Core:

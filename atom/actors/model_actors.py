@@ -1,6 +1,7 @@
 """How a loaded model becomes its actor and its core: a generation model's Batcher (over a
 Scheduler and KV bookkeeping sized to the runner's cache) and EngineCore, a pooling
-model's Pooler and PoolingCore. Models (atom/actors/models.py) serves what this makes."""
+model's Pooler and PoolingCore, a speech model's Transcriber and TranscriptionCore.
+Models (atom/actors/models.py) serves what this makes."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ import structlog
 
 from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
-from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore
+from atom.actors.cores import Core, EngineCore, Loaded, PoolingCore, TranscriptionCore
 from atom.actors.device import DeviceThread
 from atom.actors.pooler import Pooler
 from atom.actors.profiler import Phases
-from atom.model.catalog import ModelSpec
+from atom.actors.transcriber import Transcriber
+from atom.model.catalog import ModelKind, ModelSpec
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
 from atom.model.scheduling.kv_cache import KVCacheManager, KVChange
 from atom.model.scheduling.scheduler import Scheduler
+from atom.model.whisper.runtime import WhisperRuntime
 from atom.projections.responses_store import ResponsesStore
 from atom.text.prompt import max_token_chars
 from atom.vocabulary.config import Settings
@@ -39,12 +42,17 @@ class ActorParts:
     kv_events: Callable[[KVChange], None] | None = None  # atom/actors/kv_events.py
 
 
+Actor = Batcher | Pooler | Transcriber
+
+
 def make_actor(
     parts: ActorParts, spec: ModelSpec, loaded: Loaded, device: DeviceThread
-) -> tuple[Batcher | Pooler, Core]:
+) -> tuple[Actor, Core]:
     """The model's actor and the core the routes use of it."""
     if isinstance(loaded, PoolingRuntime):
         return _pooler(parts, spec, loaded, device)
+    if isinstance(loaded, WhisperRuntime):
+        return _transcriber(parts, spec, loaded, device)
     batcher = _batcher(parts, spec.name, loaded, device)
     core = EngineCore(
         name=spec.name,
@@ -90,6 +98,26 @@ def _pooler(
         description=loaded.description,
     )
     return pooler, core
+
+
+def _transcriber(
+    parts: ActorParts, spec: ModelSpec, loaded: WhisperRuntime, device: DeviceThread
+) -> tuple[Transcriber, TranscriptionCore]:
+    transcriber = Transcriber(
+        loaded, device=device, max_queued_requests=parts.settings.max_queued_requests
+    )
+    core = TranscriptionCore(
+        name=spec.name,
+        kind=ModelKind.TRANSCRIBE,
+        bus=parts.bus,
+        transcriber=transcriber,
+        runtime=loaded,
+        clock=parts.clock,
+        max_model_len=loaded.max_tokens,
+        max_audio_seconds=parts.settings.max_audio_seconds,
+        description=loaded.description,
+    )
+    return transcriber, core
 
 
 def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThread) -> Batcher:

@@ -1,5 +1,5 @@
-"""Models: loads and unloads the served models, and runs each one's actor (a Batcher or
-a Pooler). Its parts do the rest: the Registry routes names to loaded models, Loras
+"""Models: loads and unloads the served models, and runs each one's actor (a Batcher, a
+Pooler or a Transcriber). Its parts do the rest: the Registry routes names to loaded models, Loras
 serves adapters on them, Weights swaps their weights and puts them to sleep.
 
 The Engine starts it with the models of the command line; the admin routes load and
@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 import structlog
 import trio
 
-from atom.actors.batcher import Batcher
 from atom.actors.bus import Clock, EventBus
 from atom.actors.cores import Core, Loaded
 from atom.actors.device import DeviceThread
 from atom.actors.loras import Loras
-from atom.actors.model_actors import ActorParts, make_actor
-from atom.actors.pooler import Pooler
+from atom.actors.model_actors import Actor, ActorParts, make_actor
 from atom.actors.profiler import Phases
 from atom.actors.registry import Registry
 from atom.actors.weights import Weights
@@ -242,6 +240,6 @@ class Models:
 class _Served:
     """A loaded model's actor, the scope that stops it, and when its task has ended."""
 
-    actor: Batcher | Pooler
+    actor: Actor
     scope: trio.CancelScope
     ended: trio.Event = field(default_factory=trio.Event)

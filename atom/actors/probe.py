@@ -1,5 +1,6 @@
 """A deep health check: one token through each generation model's Batcher, one input
-through each pooling model's Pooler — the whole engine path, no HTTP request actor.
+through each pooling model's Pooler, half a second of silence through each speech
+model's Transcriber — the whole engine path, no HTTP request actor.
 
 The probe's Batcher events (`health-…` request ids) reach the request log with no
 `request_received` before them, so replay and metrics leave them out.
@@ -10,10 +11,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+import numpy as np
 import trio
 
-from atom.actors.cores import Core, EngineCore
+from atom.actors.cores import Core, EngineCore, PoolingCore
 from atom.actors.outbox import Outbox
+from atom.model.whisper.decoding import WindowTask
 from atom.vocabulary.errors import EngineFailed
 from atom.vocabulary.events import PoolingInput, Submit
 from atom.vocabulary.plan import SamplingParams
@@ -35,8 +38,11 @@ async def probe(core: Core) -> None:
     with trio.move_on_after(PROBE_TIMEOUT_S) as scope:
         if isinstance(core, EngineCore):
             await _one_token(core)
-        else:
+        elif isinstance(core, PoolingCore):
             await core.pooler.pool([PoolingInput(token_ids=_first_ids(core.tokenizer))])
+        else:
+            silence = np.zeros(core.runtime.sample_rate // 2, dtype=np.float32)
+            await core.transcriber.transcribe([silence], WindowTask(language="en"))
     if scope.cancelled_caught:
         raise EngineFailed(f"the model `{core.name}` gave nothing in {PROBE_TIMEOUT_S:g} s")
 

@@ -2,8 +2,9 @@
 
 A bus subscriber, made with `--request-log` (the events it shows are those the log
 gets). It keeps the envelopes of the last `max_requests` requests from their
-`request_received` (or `pooling_requested`) on, at most `max_events` a request (a
-long answer's later tokens are dropped and counted), so memory stays bounded.
+`request_received` (or `pooling_requested`, `transcription_requested`) on, at most
+`max_events` a request (a long answer's later tokens are dropped and counted), so
+memory stays bounded.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from atom.vocabulary.events import (
     RequestEvent,
     RequestFailed,
     RequestReceived,
+    TranscriptionFinished,
+    TranscriptionRequested,
 )
 
 MAX_REQUESTS = 100
 MAX_EVENTS = 20_000
+OPENING = (RequestReceived, PoolingRequested, TranscriptionRequested)  # a request's first event
 
 
 @dataclass(slots=True)
@@ -44,24 +48,28 @@ class Recorded:
     def owner(self) -> str | None:
         """The key that made it (atom/vocabulary/tenant.py)."""
         event = self.first.event
-        assert isinstance(event, RequestReceived | PoolingRequested)
+        assert isinstance(event, OPENING)
         return event.owner
 
     @property
     def model(self) -> str:
         event = self.first.event
-        assert isinstance(event, RequestReceived | PoolingRequested)
+        assert isinstance(event, OPENING)
         return event.model
 
     @property
     def endpoint(self) -> str:
         event = self.first.event
-        return event.endpoint.value if isinstance(event, RequestReceived) else "pooling"
+        if isinstance(event, PoolingRequested):
+            return "pooling"
+        assert isinstance(event, RequestReceived | TranscriptionRequested)
+        return event.endpoint.value
 
 
 _ENDS = {
     RequestCompleted: "completed",
     PoolingFinished: "completed",
+    TranscriptionFinished: "completed",
     RequestFailed: "failed",
     RequestAborted: "aborted",
 }
@@ -84,7 +92,7 @@ class RecentRequests:
         event = envelope.event
         if not isinstance(event, RequestEvent):
             return
-        if isinstance(event, RequestReceived | PoolingRequested):
+        if isinstance(event, OPENING):
             self._keep_earlier(event.request_id)
             self._requests[event.request_id] = Recorded()
             while len(self._requests) > self._max_requests:

@@ -27,6 +27,7 @@ KIND_NAMES = {
     ModelKind.EMBED: "an embedding model",
     ModelKind.SCORE: "a cross-encoder (score) model",
     ModelKind.CLASSIFY: "a classification model",
+    ModelKind.TRANSCRIBE: "a speech-to-text model",
 }
 
 

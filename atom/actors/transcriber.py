@@ -1,23 +1,28 @@
 """Transcriber: the one owner of a speech model (Whisper); decodes the windows of every
 request in one batch (atom/model/whisper/batch.py), on the engine's device thread.
 
-A request's audio comes as windows of up to 30 seconds. Its windows decode one after
-another, each prompted with the text of the one before (as OpenAI's transcribe does);
-the windows of different requests decode together: a window starts into a free slot
-between steps and leaves its slot when it ends, so a request that arrives while
-others decode joins their next step. Each finished window goes back to its request as
-it ends (`WindowDone`), for a streamed answer or a whole one.
+A request's audio comes as an iterator of windows of up to 30 seconds, decoded from its
+file as they are needed (atom/audio/decode.py's `audio_windows`), on the device thread
+just before the window is encoded: memory holds the window, not the file's audio. A
+request's windows decode one after another, each prompted with the text of the one
+before (as OpenAI's transcribe does); the windows of different requests decode
+together: a window starts into a free slot between steps and leaves its slot when it
+ends, so a request that arrives while others decode joins their next step. Each
+finished window goes back to its request as it ends (`WindowDone`), for a streamed
+answer or a whole one.
 
 The queue of requests is bounded: a full one is `Overloaded` (429). A request whose
-caller left starts no more windows. If the model raises, every request fails and the
-error goes up to the engine, which stops the server (as a Batcher's does).
+caller left starts no more windows. Audio found damaged past its first window fails
+its request alone (InvalidRequest naming `file`). If the model raises, every request
+fails and the error goes up to the engine, which stops the server (as a Batcher's does).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -27,9 +32,10 @@ import trio
 from atom.actors.device import DeviceThread
 from atom.actors.idle import IdleWatch
 from atom.actors.inbox import queued, submit, take
+from atom.audio.decode import AudioError
 from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.runtime import WhisperRuntime
-from atom.vocabulary.errors import AtomError, EngineFailed
+from atom.vocabulary.errors import AtomError, EngineFailed, InvalidRequest
 
 T = TypeVar("T")
 
@@ -44,14 +50,26 @@ class WindowDone:
     seconds: float
     language: str
     tokens: tuple[int, ...]
+    avg_logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class AudioEnded:
+    """A request's audio has no more windows: its length in seconds."""
+
+    seconds: float
+
+
+_Answer = WindowDone | AudioEnded | AtomError
 
 
 @dataclass(slots=True, eq=False)
 class _Job:
-    audio: Sequence[np.ndarray]  # the windows' samples, in order
+    windows: Iterator[np.ndarray]  # the windows' samples, in order, decoded as pulled
     task: WindowTask
-    send: trio.MemorySendChannel[WindowDone | AtomError]
+    send: trio.MemorySendChannel[_Answer]
     next_index: int = 0
+    num_samples: int = 0  # in the windows pulled so far
     previous: tuple[int, ...] = ()  # the last window's text tokens
     language: str | None = None  # detected in the first window, kept for the others
     is_abandoned: bool = False
@@ -75,6 +93,8 @@ class _Running:
     job: _Job
     index: int
     window: WindowDecode
+    start: float  # seconds into the audio
+    seconds: float
 
 
 class Transcriber:
@@ -95,30 +115,46 @@ class Transcriber:
         queued = self._inbox.statistics().current_buffer_used
         return not queued and not self._waiting and not self._running
 
-    async def transcribe(
-        self,
-        audio: Sequence[np.ndarray],
-        task: WindowTask,
-        on_window: Callable[[WindowDone], None] | None = None,
-    ) -> list[WindowDone]:
-        """Every window's decoding, in order; `on_window` is told of each as it ends.
-        Raises Overloaded when the queue is full, EngineFailed when the engine stopped;
-        a cancelled caller's windows stop (the one decoding leaves its slot)."""
-        send, receive = trio.open_memory_channel[WindowDone | AtomError](len(audio) + 1)
-        job = _Job(audio=audio, task=task, send=send)
+    async def windows(
+        self, audio: Iterable[np.ndarray], task: WindowTask
+    ) -> AsyncGenerator[WindowDone | AudioEnded]:
+        """Each window's decoding as it ends, in order, then the audio's length. Raises
+        Overloaded when the queue is full (at the first item, before any window),
+        EngineFailed when the engine stopped, InvalidRequest when a window past the
+        first cannot be decoded; a caller that stops iterating (or is cancelled) stops
+        its windows: the one decoding leaves its slot."""
+        # Unbounded: a window's answer never waits (a request has few windows).
+        send, receive = trio.open_memory_channel[_Answer](math.inf)
+        job = _Job(windows=iter(audio), task=task, send=send)
         submit(self._send, job, what="transcriptions")
-        done: list[WindowDone] = []
         try:
-            while len(done) < len(audio):
+            while True:
                 item = await receive.receive()
                 if isinstance(item, AtomError):
                     raise item
+                yield item
+                if isinstance(item, AudioEnded):
+                    return
+        finally:
+            job.is_abandoned = True
+
+    async def transcribe(
+        self,
+        audio: Iterable[np.ndarray],
+        task: WindowTask,
+        on_window: Callable[[WindowDone], None] | None = None,
+    ) -> tuple[list[WindowDone], float]:
+        """Every window's decoding (`windows`), and the audio's length in seconds;
+        `on_window` is told of each window as it ends."""
+        done: list[WindowDone] = []
+        async with contextlib.aclosing(self.windows(audio, task)) as items:
+            async for item in items:
+                if isinstance(item, AudioEnded):
+                    return done, item.seconds
                 done.append(item)
                 if on_window is not None:
                     on_window(item)
-        finally:
-            job.is_abandoned = True
-        return done
+        raise AssertionError("the windows ended without their length")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -135,22 +171,50 @@ class Transcriber:
     async def _take_requests(self) -> None:
         """Everything queued; waits for a request when nothing waits or runs."""
         idle = not self._waiting and not self._running
-        self._waiting.extend(job for job in await take(self._inbox, wait=idle) if job.audio)
+        self._waiting.extend(await take(self._inbox, wait=idle))
 
     async def _start_windows(self) -> None:
-        """The waiting requests' next windows, into the free slots, in one encoding."""
+        """The waiting requests' next windows, decoded from their files and encoded into
+        the free slots in one call on the device."""
         free = self._runtime.batch.num_free
-        starting: list[_Running] = []
-        while self._waiting and len(starting) < free:
+        jobs: list[_Job] = []
+        while self._waiting and len(jobs) < free:
             job = self._waiting.popleft()
             if not job.is_abandoned:
-                starting.append(_Running(job, job.next_index, job.next_window(self._runtime)))
-        if not starting:
+                jobs.append(job)
+        if not jobs:
             return
-        audio = [run.job.audio[run.index] for run in starting]
-        windows = [run.window for run in starting]
-        await self._on_device(self._runtime.start, windows, audio)
-        self._running += starting
+        pulled = await self._on_device(self._begin, jobs)
+        for job, outcome in zip(jobs, pulled, strict=True):
+            if isinstance(outcome, _Running):
+                self._running.append(outcome)
+            else:  # no window left, or one that would not decode
+                job.send.send_nowait(outcome)
+                job.is_abandoned = True
+
+    def _begin(self, jobs: list[_Job]) -> list[_Running | AudioEnded | InvalidRequest]:
+        """On the device thread: each job's next window pulled from its file, and those
+        that have one started."""
+        rate = self._runtime.sample_rate
+        pulled: list[_Running | AudioEnded | InvalidRequest] = []
+        audio_of: list[np.ndarray] = []
+        for job in jobs:
+            try:
+                audio = next(job.windows, None)
+            except AudioError as error:
+                pulled.append(InvalidRequest(str(error), param="file"))
+                continue
+            if audio is None:
+                pulled.append(AudioEnded(job.num_samples / rate))
+                continue
+            start, job.num_samples = job.num_samples / rate, job.num_samples + len(audio)
+            window = job.next_window(self._runtime)
+            pulled.append(_Running(job, job.next_index, window, start, len(audio) / rate))
+            audio_of.append(audio)
+        started = [run for run in pulled if isinstance(run, _Running)]
+        if started:
+            self._runtime.start([run.window for run in started], audio_of)
+        return pulled
 
     async def _step(self) -> None:
         for run in [r for r in self._running if r.job.is_abandoned]:  # their caller left
@@ -169,16 +233,16 @@ class Transcriber:
     def _finish(self, run: _Running) -> None:
         job, window = run.job, run.window
         assert window.language is not None
-        rate = self._runtime.sample_rate
-        start = sum(len(a) for a in job.audio[: run.index]) / rate
-        seconds = len(job.audio[run.index]) / rate
+        generated = tuple(window.generated)
         job.send.send_nowait(
-            WindowDone(run.index, start, seconds, window.language, tuple(window.generated))
+            WindowDone(
+                run.index, run.start, run.seconds, window.language, generated, window.avg_logprob
+            )
         )
         job.language = window.language
         job.previous = tuple(t for t in window.generated if t < self._runtime.tokens.end_of_text)
         job.next_index += 1
-        if job.next_index < len(job.audio) and not job.is_abandoned:
+        if not job.is_abandoned:
             self._waiting.append(job)
 
     async def _on_device(self, fn: Callable[..., T], *args: object) -> T:

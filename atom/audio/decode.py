@@ -7,8 +7,9 @@ alternatives read fewer formats from PyPI alone: soundfile (libsndfile) no m4a o
 torchaudio's own decoding needs an FFmpeg installed beside it (torchaudio 2.9+ hands
 decoding to torchcodec).
 
-A file is decoded at most up to `max_seconds` of audio: past it, decoding stops and the
-file is refused (AudioTooLong). `audio_windows` gives the audio in windows as it is
+A file is decoded at most up to `max_seconds` of audio: one whose header says it is
+longer is refused before decoding, and past it decoding stops and the file is refused
+(AudioTooLong). `audio_windows` gives the audio in windows as it is
 decoded (what a speech model takes at a time), so memory holds one window, not the
 file's whole audio.
 """
@@ -59,6 +60,10 @@ def audio_windows(
     container, stream = _opened(data)
     total = 0
     with container:
+        header = _promised_seconds(container, stream)
+        if header is not None and header > max_seconds:  # refused before decoding
+            said = f"its header says {header:.0f} s"
+            raise AudioTooLong(f"the audio is longer than {max_seconds:g} s, the limit ({said})")
         parts = _within(_resampled(container, stream), max_seconds)
         for window in _cut(parts, int(window_seconds * SAMPLE_RATE)):
             total += len(window)

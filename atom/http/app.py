@@ -28,6 +28,7 @@ from atom.actors.engine import Engine, terminate_process
 from atom.actors.request import ASGIReceive
 from atom.http import (
     admin,
+    audio_routes,
     info,
     ollama_routes,
     openapi,
@@ -165,11 +166,16 @@ def _replaying(body: bytes, receive: ASGIReceive) -> ASGIReceive:
 
 
 def load_served(settings: Settings, spec: ModelSpec) -> Loaded:
-    """Load one served model: a generation runtime or a pooling one, by its kind."""
+    """Load one served model: a generation runtime, a pooling one or a speech one, by
+    its kind."""
     if spec.kind is ModelKind.GENERATE:
         from atom.model.loader import load_runtime
 
         return load_runtime(settings, spec)
+    if spec.kind is ModelKind.TRANSCRIBE:
+        from atom.model.whisper.runtime import load_speech
+
+        return load_speech(settings, spec)
     from atom.model.pooling import load_pooling
 
     return load_pooling(settings, spec)
@@ -204,12 +210,8 @@ def create_app(
     quart.before_request(_admitting_admin(access, settings))
     quart.register_error_handler(AtomError, _atom_error)
     quart.register_error_handler(HTTPException, _http_error)
-    info.register(quart, engine)
-    ollama_routes.register(quart, engine)
-    tokenize.register(quart, engine)
-    stored.register(quart, engine)
-    pooling_routes.register(quart, engine)
-    admin.register(quart, engine)
+    for routes in (info, ollama_routes, tokenize, stored, pooling_routes, audio_routes, admin):
+        routes.register(quart, engine)
     render.register(quart, engine)
     openapi.register(quart, settings)
     if not settings.no_webui:

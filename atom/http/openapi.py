@@ -25,6 +25,7 @@ from atom.http.admin import (
     UpdateWeightsRequest,
 )
 from atom.http.anthropic_schemas import CountTokensRequest, MessagesRequest
+from atom.http.audio_routes import PATHS as AUDIO_PATHS
 from atom.http.batches import BatchCreateRequest
 from atom.http.info import atom_version
 from atom.http.ollama_schemas import OllamaChatRequest, OllamaGenerateRequest
@@ -123,6 +124,13 @@ OPERATIONS: tuple[Operation, ...] = (
               body=POOLING_ROUTES[ALIASES.get(path, path)].schema,
               error="OllamaError" if path.startswith("/api/") else "Error")
         for path in (*POOLING_ROUTES, *ALIASES)
+    ),
+    *(
+        _post(path, f"Speech to {'English ' if 'transl' in path else ''}text (speech model)",
+              answers.TRANSCRIPTION, form=answers.TRANSCRIPTION_FORM,
+              stream_event=answers.TRANSCRIPT_EVENT,
+              content_types=("application/json", "text/plain", "text/vtt"))
+        for path in AUDIO_PATHS
     ),
     _get("/health", "Liveness; with deep=1 every model produces a token", answers.HEALTH,
          query=("deep",)),

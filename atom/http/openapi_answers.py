@@ -196,6 +196,22 @@ BATCH = obj(
 )  # fmt: skip
 BATCHES = obj({"object": const("list"), "data": array(BATCH)})
 UPLOAD = obj({"file": {"type": "string", "format": "binary"}, "purpose": const("batch")})
+TRANSCRIPTION_FORM = obj(
+    {"file": {"type": "string", "format": "binary"}},
+    {"model": STRING, "language": STRING, "prompt": STRING,
+     "response_format": {"enum": ["json", "text", "srt", "vtt", "verbose_json"]},
+     "temperature": {"type": "number", "minimum": 0, "maximum": 1}, "stream": BOOLEAN,
+     "timestamp_granularities[]": array({"enum": ["segment"]}), "seed": INTEGER},
+)  # fmt: skip
+_SEGMENT = obj({"id": INTEGER, "seek": INTEGER, "start": NUMBER, "end": NUMBER, "text": STRING,
+                "tokens": array(INTEGER), "temperature": NUMBER, "avg_logprob": NUMBER,
+                "compression_ratio": NUMBER})  # fmt: skip
+# json and verbose_json (text, srt and vtt are plain text)
+TRANSCRIPTION = obj(
+    {"text": STRING},
+    {"usage": obj({"type": const("duration"), "seconds": INTEGER}), "task": STRING,
+     "language": STRING, "duration": NUMBER, "segments": array(_SEGMENT)},
+)  # fmt: skip
 
 
 def sse_event(data: Schema) -> Schema:
@@ -216,3 +232,6 @@ CHAT_CHUNK = sse_event(obj({**_CHUNKED, "object": const("chat.completion.chunk")
 COMPLETION_CHUNK = sse_event(obj({**_CHUNKED, "object": const("text_completion")}))
 RESPONSE_EVENT = sse_event(obj({"type": STRING, "sequence_number": INTEGER}))
 ANTHROPIC_EVENT = sse_event(obj({"type": STRING}))
+TRANSCRIPT_EVENT = sse_event(
+    obj({"type": {"enum": ["transcript.text.delta", "transcript.text.done"]}})
+)

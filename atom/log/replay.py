@@ -14,6 +14,7 @@ from typing import Any
 
 from atom.log.legacy import plan_of, with_params
 from atom.projections.renderers import Renderer, renderer_for
+from atom.projections.wire_audio import TranscriptionRenderer
 from atom.projections.wire_pooling import PoolingRenderer
 from atom.text.gathering import fed
 from atom.text.pipeline import ChoicePipeline, pipeline_for
@@ -34,6 +35,7 @@ from atom.vocabulary.events import (
     TokensSampled,
     ToolArgumentsDelta,
     ToolCallStarted,
+    TranscriptionRequested,
     WeightsUpdated,
 )
 
@@ -70,7 +72,7 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
     weights: dict[str, str] = {}  # served model → the weights it runs, once replaced
     for envelope in envelopes:
         event = envelope.event
-        if isinstance(event, RequestReceived | PoolingRequested):
+        if isinstance(event, RequestReceived | PoolingRequested | TranscriptionRequested):
             response = ReplayedResponse(request_id=event.request_id)
             live[event.request_id] = (renderer_of(event), response, event.model)
             replayed.append(response)
@@ -86,9 +88,11 @@ def project(envelopes: Iterable[Envelope]) -> list[ReplayedResponse]:
     return replayed
 
 
-def renderer_of(received: RequestReceived | PoolingRequested) -> Renderer:
+def renderer_of(received: RequestReceived | PoolingRequested | TranscriptionRequested) -> Renderer:
     if isinstance(received, PoolingRequested):
         return PoolingRenderer(received)
+    if isinstance(received, TranscriptionRequested):
+        return TranscriptionRenderer(received)
     return renderer_for(received, plan_of(received).shape)
 
 

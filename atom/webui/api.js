@@ -56,6 +56,19 @@ export async function getJson(path) {
   return response.json();
 }
 
+// The text of an audio file (a File or a Blob), by the server's speech model.
+export async function transcribe(model, audio, name) {
+  const form = new FormData();
+  form.append("file", audio, name);
+  form.append("model", model);
+  const response = await send("/v1/audio/transcriptions", {
+    method: "POST",
+    headers: headers(false),
+    body: form,
+  });
+  return (await response.json()).text;
+}
+
 // POST a streaming chat completion; `onChunk` gets each parsed chunk. Resolves when the
 // stream ends (`[DONE]`); rejects with ApiError (or AbortError when `signal` stops it).
 export async function streamChat(body, signal, onChunk) {

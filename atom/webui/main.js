@@ -5,6 +5,7 @@ import { apiKey, setApiKey } from "./api.js";
 import { initChat } from "./chat.js";
 import { initEngine, showEngine } from "./engine.js";
 import { initRequests, refresh as refreshRequests } from "./requests.js";
+import { initSpeech } from "./speech.js";
 
 const $ = (id) => document.getElementById(id);
 const THEME = "atom.theme";
@@ -73,5 +74,6 @@ for (const tab of document.querySelectorAll(".tabs button")) {
 initEngine(notice);
 initRequests(notice);
 initChat(notice);
+initSpeech(notice);
 const start = location.hash.slice(1);
 showView(["chat", "engine", "requests"].includes(start) ? start : "chat");

@@ -4,6 +4,7 @@ decode their windows together, each window as the model decodes it alone."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +14,11 @@ import trio.testing
 
 from atom.actors.device import DeviceThread
 from atom.actors.transcriber import Transcriber, WindowDone
-from atom.audio.decode import SAMPLE_RATE
+from atom.audio.decode import SAMPLE_RATE, AudioError
 from atom.model.whisper.decoding import WindowDecode, WindowTask
 from atom.model.whisper.package import transformers_folder
 from atom.model.whisper.runtime import WhisperRuntime, load_whisper
-from atom.vocabulary.errors import Overloaded
+from atom.vocabulary.errors import InvalidRequest, Overloaded
 from tests.audio.media import spoken
 
 pytestmark = pytest.mark.skipif(
@@ -56,9 +57,10 @@ async def test_requests_decode_together_and_windows_follow_each_other(
         await nursery.start(transcriber.run)
 
         async def ask(name: str, audio: list[np.ndarray]) -> None:
-            found[name] = await transcriber.transcribe(
+            found[name], seconds = await transcriber.transcribe(
                 audio, task, on_window=lambda w: heard.append(w.index)
             )
+            assert seconds == sum(len(a) for a in audio) / SAMPLE_RATE
 
         async with trio.open_nursery() as asks:
             asks.start_soon(ask, "one", [fox])
@@ -104,7 +106,36 @@ async def test_a_full_queue_is_overloaded_and_a_caller_that_leaves_frees_its_slo
         while not transcriber.is_idle:
             await trio.sleep(0.01)
         assert runtime.batch.num_free == 1 and transcriber.num_steps <= steps + 1
-        [done] = await transcriber.transcribe([fox], task)  # and the next one is served
+        [done], _ = await transcriber.transcribe([fox], task)  # and the next one is served
         nursery.cancel_scope.cancel()
     device.close()
     assert "lazy dog" in runtime.tokenizer.decode(done.tokens).lower()
+
+
+async def test_audio_damaged_past_its_first_window_fails_that_request_alone(
+    folder: Path,
+) -> None:
+    """A file found damaged at its second window: its request fails with a 400 naming
+    `file`, after its first window decoded; a request beside it is served."""
+    fox = spoken("The quick brown fox jumps over the lazy dog.")
+
+    def damaged() -> Iterator[np.ndarray]:
+        yield fox
+        raise AudioError("the audio is damaged (invalid data)")
+
+    runtime = load_whisper(folder, num_slots=2)
+    device = DeviceThread()
+    transcriber = Transcriber(runtime, device=device, max_queued_requests=4)
+    task = WindowTask(language="en")
+    heard: list[int] = []
+    found: list[WindowDone] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(transcriber.run)
+        with pytest.raises(InvalidRequest) as refused:
+            await transcriber.transcribe(damaged(), task, on_window=lambda w: heard.append(w.index))
+        found, seconds = await transcriber.transcribe([fox], task)
+        nursery.cancel_scope.cancel()
+    device.close()
+    assert refused.value.param == "file" and "damaged" in refused.value.message
+    assert heard == [0] and seconds == len(fox) / SAMPLE_RATE
+    assert "lazy dog" in runtime.tokenizer.decode(found[0].tokens).lower()

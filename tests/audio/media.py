@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import subprocess
 import tempfile
+import wave
 from pathlib import Path
 
 import av
 import numpy as np
 
-from atom.audio.decode import decode_audio
+from atom.audio.decode import SAMPLE_RATE, decode_audio
 
 TONE_HZ = 440.0
 
@@ -59,9 +60,55 @@ def silent_video(seconds: float = 1.0) -> bytes:
     return buffer.getvalue()
 
 
-def spoken(text: str) -> np.ndarray:
-    """`text` said by Debian's espeak-ng, as 16 kHz mono samples (atom/audio/decode.py)."""
+def spoken_wav(text: str) -> bytes:
+    """`text` said by Debian's espeak-ng: its WAV file (22,050 Hz mono)."""
     with tempfile.TemporaryDirectory() as folder:
         wav = Path(folder) / "speech.wav"
         subprocess.run(["espeak-ng", "-w", str(wav), text], check=True)
-        return decode_audio(wav.read_bytes(), max_seconds=30).samples
+        return wav.read_bytes()
+
+
+def spoken(text: str) -> np.ndarray:
+    """`text` said by Debian's espeak-ng, as 16 kHz mono samples (atom/audio/decode.py)."""
+    return decode_audio(spoken_wav(text), max_seconds=30).samples
+
+
+def wav_of(samples: np.ndarray, rate: int = SAMPLE_RATE) -> bytes:
+    """Mono float samples as a 16-bit WAV file."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def spaced(sentences: list[str], every_s: float) -> np.ndarray:
+    """Each sentence spoken `every_s` seconds after the one before (silence between),
+    starting at 1 s: with `every_s` 30, each falls in a window of its own."""
+    step = int(every_s * SAMPLE_RATE)
+    audio = np.zeros(step * len(sentences), dtype=np.float32)
+    for i, sentence in enumerate(sentences):
+        said = spoken(sentence)[: step - SAMPLE_RATE]
+        at = i * step + SAMPLE_RATE
+        audio[at : at + len(said)] = said
+    return audio
+
+
+def silent_flac(seconds: float, rate: int = SAMPLE_RATE) -> bytes:
+    """`seconds` of silence as FLAC (small: two hours are about 1.3 MB), its length in
+    its header."""
+    buffer = io.BytesIO()
+    minute = np.zeros((1, rate * 60), dtype=np.int16)
+    with av.open(buffer, mode="w", format="flac") as out:
+        stream = out.add_stream("flac", rate=rate)
+        stream.layout = "mono"
+        for i in range(int(seconds // 60)):
+            frame = av.AudioFrame.from_ndarray(minute, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = rate, i * len(minute[0])
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buffer.getvalue()

@@ -29,10 +29,10 @@ T = TypeVar("T")
 
 
 @contextmanager
-def chromium(downloads: Path) -> Iterator[webdriver.Chrome]:
+def chromium(downloads: Path, *more_flags: str) -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in FLAGS:
+    for flag in (*FLAGS, *more_flags):
         options.add_argument(flag)
     options.add_experimental_option("prefs", {"download.default_directory": str(downloads)})
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})

@@ -64,6 +64,7 @@ def test_rerank_puts_the_answer_first_and_chat_still_answers(server: Server) -> 
     assert {(m["id"], m["kind"]) for m in models} == {
         ("SmolLM2-135M-Instruct", "generate"),
         (MODEL, "embed"),
+        ("whisper-base", "transcribe"),
     }
     wrong = httpx.post(f"{server.url}/v1/embeddings", json={"model": server.model, "input": "x"})
     assert wrong.status_code == 400 and MODEL in wrong.json()["error"]["message"]

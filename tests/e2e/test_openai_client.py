@@ -66,7 +66,7 @@ def test_n_choices_seed_and_stop(server: Server) -> None:
 
 def test_models_health_tokenize_detokenize(server: Server) -> None:
     models = server.client().models.list().data
-    assert [m.id for m in models] == [server.model, "all-MiniLM-L6-v2"]
+    assert [m.id for m in models] == [server.model, "all-MiniLM-L6-v2", "whisper-base"]
     card = models[0].model_extra or {}
     assert card["max_model_len"] == 8192 and models[0].owned_by and models[0].created
     assert httpx.get(f"{server.url}/health").status_code == 200
@@ -83,6 +83,7 @@ def test_models_health_tokenize_detokenize(server: Server) -> None:
         assert info[0]["quantization"].endswith("lm_head Q8_0, o_proj Q4_1, qkv_proj Q4_1)")
         assert info[0]["kv_cache_dtype"] == "float16"  # auto, with quantized layers
     assert info[1]["kind"] == "embed" and info[1]["pooling"] == "mean_tokens"
+    assert info[2]["kind"] == "transcribe" and info[2]["windows_at_once"] == "8"
 
 
 def test_metrics_are_vllm_shaped(server: Server) -> None:

@@ -167,7 +167,7 @@ async def test_show_and_ps_describe_the_served_models(tokenizer: Any) -> None:
     assert shown.modelinfo is not None and shown.modelinfo["kind"] == "generate"
     assert embedder.capabilities == ["embedding"]
     loaded = {m.model: m.context_length for m in running.models}
-    assert set(loaded) == {MODEL, "all-MiniLM-L6-v2"} and loaded[MODEL] == 2048
+    assert set(loaded) == {MODEL, "all-MiniLM-L6-v2", "whisper-base"} and loaded[MODEL] == 2048
     assert missing.status_code == 404 and "no-such-model" in missing.json()["error"]
 
 

@@ -55,6 +55,7 @@ class WindowDecode:
     generator: torch.Generator | None = field(init=False, default=None)  # made on first sample
     language: str | None = field(init=False)  # the task's, or detected at the first step
     generated: list[int] = field(init=False, default_factory=list)
+    sum_logprob: float = field(init=False, default=0.0)  # of the tokens chosen, end included
     fed: int = field(init=False, default=0)  # tokens fed so far, prompt included
 
     def __post_init__(self) -> None:
@@ -80,7 +81,9 @@ class WindowDecode:
             feed = self._after_start()
             self.fed += len(feed)
             return feed
-        token = self._choose(logits.float().clone())
+        filtered = self._filtered(logits.float().clone())
+        token = self._choose(filtered)
+        self.sum_logprob += float(torch.log_softmax(filtered, dim=-1)[token])
         if token == self.tokens.end_of_text:
             return None
         self.generated.append(token)
@@ -94,12 +97,21 @@ class WindowDecode:
         feed = [self.tokens.languages[self.language], self.tokens.tasks[self.task.task]]
         return feed if self.task.timestamps else [*feed, self.tokens.no_timestamps]
 
-    def _choose(self, logits: torch.Tensor) -> int:
+    @property
+    def avg_logprob(self) -> float:
+        """The chosen tokens' mean log-probability, the end of text counted (OpenAI's)."""
+        return self.sum_logprob / (len(self.generated) + 1)
+
+    def _filtered(self, logits: torch.Tensor) -> torch.Tensor:
+        """`logits` with what may not come next at -inf, in place."""
         logits[list(self.tokens.suppress)] = -torch.inf
         if not self.generated:
             logits[list(self.tokens.suppress_at_begin)] = -torch.inf
         if self.task.timestamps:
             apply_timestamp_rules(logits, self.generated, self.tokens)
+        return logits
+
+    def _choose(self, logits: torch.Tensor) -> int:
         if self.task.temperature <= 0:
             return int(logits.argmax())
         if self.generator is None:
