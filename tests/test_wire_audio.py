@@ -9,6 +9,7 @@ from atom.projections.wire_audio import TranscriptionRenderer
 from atom.vocabulary.audio_events import (
     AudioRef,
     TimedText,
+    TimedWord,
     TranscriptFormat,
     TranscriptionFinished,
     TranscriptionPlan,
@@ -21,10 +22,13 @@ from atom.vocabulary.plan import Endpoint
 ID = "transcription-1"
 
 
-def requested(response_format: TranscriptFormat, *, stream: bool = False) -> TranscriptionRequested:
+def requested(
+    response_format: TranscriptFormat, *, stream: bool = False, words: bool = False
+) -> TranscriptionRequested:
     plan = TranscriptionPlan(
-        endpoint=Endpoint.TRANSCRIPTIONS, response_format=response_format, stream=stream
-    )
+        endpoint=Endpoint.TRANSCRIPTIONS, response_format=response_format, stream=stream,
+        words=words,
+    )  # fmt: skip
     audio = AudioRef(sha256="0" * 64, num_bytes=10)
     return TranscriptionRequested(
         request_id=ID, endpoint=plan.endpoint, model="w", created=0, audio=audio, plan=plan
@@ -36,6 +40,7 @@ def window(index: int, start: float, parts: list[tuple[float, float, str]]) -> W
     return WindowTranscribed(
         request_id=ID, index=index, start=start, seconds=30.0, language="en",
         text="".join(t for _, _, t in parts), segments=segments, num_tokens=5, avg_logprob=-0.25,
+        words=tuple(TimedWord(word=t.strip(), start=a, end=b) for a, b, t in parts),
     )  # fmt: skip
 
 
@@ -79,7 +84,9 @@ def test_whole_answers_in_every_format() -> None:
     assert [(s["id"], s["seek"], s["start"]) for s in verbose["segments"]] == [
         (0, 0, 0.0), (1, 0, 3.0), (2, 3000, 3661.5)
     ]  # fmt: skip
-    assert verbose["segments"][2]["avg_logprob"] == -0.25
+    assert verbose["segments"][2]["avg_logprob"] == -0.25 and "words" not in verbose
+    [timed] = rendered(requested(TranscriptFormat.VERBOSE_JSON, words=True), [*WINDOWS, END])
+    assert json.loads(timed)["words"][2] == {"word": "Late.", "start": 3661.5, "end": 3662.25}
 
 
 def test_a_stream_sends_a_delta_a_window_then_the_text() -> None:

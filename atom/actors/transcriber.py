@@ -33,7 +33,7 @@ from atom.actors.device import DeviceThread
 from atom.actors.idle import IdleWatch
 from atom.actors.inbox import queued, submit, take
 from atom.audio.decode import AudioError
-from atom.model.whisper.decoding import WindowDecode, WindowTask
+from atom.model.whisper.decoding import WindowDecode, WindowTask, WordTime
 from atom.model.whisper.runtime import WhisperRuntime
 from atom.vocabulary.errors import AtomError, EngineFailed, InvalidRequest
 
@@ -51,6 +51,7 @@ class WindowDone:
     language: str
     tokens: tuple[int, ...]
     avg_logprob: float
+    words: tuple[WordTime, ...] = ()  # when the task asks them: from the window's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ class _Job:
     language: str | None = None  # detected in the first window, kept for the others
     is_abandoned: bool = False
 
-    def next_window(self, runtime: WhisperRuntime) -> WindowDecode:
+    def next_window(self, runtime: WhisperRuntime, seconds: float) -> WindowDecode:
         """The next window's decoding: prompted with the last window's text, in its
         language, sampling (at a temperature above 0) from the request's seed plus the
         window's index."""
@@ -85,7 +86,7 @@ class _Job:
             previous=self.task.previous + self.previous,
             seed=None if seed is None else seed + self.next_index,
         )
-        return WindowDecode(runtime.tokens, task, max_tokens=runtime.max_tokens)
+        return WindowDecode(runtime.tokens, task, max_tokens=runtime.max_tokens, seconds=seconds)
 
 
 @dataclass(slots=True)
@@ -208,7 +209,7 @@ class Transcriber:
                 pulled.append(AudioEnded(job.num_samples / rate))
                 continue
             start, job.num_samples = job.num_samples / rate, job.num_samples + len(audio)
-            window = job.next_window(self._runtime)
+            window = job.next_window(self._runtime, len(audio) / rate)
             pulled.append(_Running(job, job.next_index, window, start, len(audio) / rate))
             audio_of.append(audio)
         started = [run for run in pulled if isinstance(run, _Running)]
@@ -236,7 +237,13 @@ class Transcriber:
         generated = tuple(window.generated)
         job.send.send_nowait(
             WindowDone(
-                run.index, run.start, run.seconds, window.language, generated, window.avg_logprob
+                run.index,
+                run.start,
+                run.seconds,
+                window.language,
+                generated,
+                window.avg_logprob,
+                tuple(window.words),
             )
         )
         job.language = window.language

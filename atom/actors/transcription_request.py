@@ -26,6 +26,7 @@ from atom.projections.wire import Output
 from atom.projections.wire_audio import TranscriptionRenderer
 from atom.vocabulary.audio_events import (
     TimedText,
+    TimedWord,
     TranscriptionFinished,
     TranscriptionPlan,
     TranscriptionRequested,
@@ -84,6 +85,7 @@ def window_task(plan: TranscriptionPlan) -> WindowTask:
         temperature=plan.temperature,
         seed=plan.seed,
         previous=plan.prompt_ids,
+        words=plan.words,
     )
 
 
@@ -122,4 +124,8 @@ def window_event(
         segments=segments,
         num_tokens=len(done.tokens),
         avg_logprob=done.avg_logprob,
+        words=tuple(
+            TimedWord(word=w.word.strip(), start=done.start + w.start, end=done.start + w.end)
+            for w in done.words
+        ),
     )

@@ -63,9 +63,13 @@ class Planned:
 
 def form_fields(fields: Any) -> dict[str, Any]:
     """A multipart form's fields (werkzeug's MultiDict) as one dict: OpenAI's client sends
-    `timestamp_granularities[]` once per value."""
+    `timestamp_granularities[]` once per value. InvalidRequest for a part with no name."""
     out: dict[str, Any] = {}
     for key in fields:
+        if not isinstance(key, str):
+            raise InvalidRequest(
+                "a form part has no name (Content-Disposition: form-data; name=...)"
+            )
         values = fields.getlist(key)
         if key.endswith("[]"):
             out[key.removesuffix("[]")] = values
@@ -117,9 +121,10 @@ def _plan(
             f"language {form.language!r} is not one the model knows (ISO-639-1, such as 'en')",
             param="language",
         )
-    if "word" in form.timestamp_granularities:
+    words = "word" in form.timestamp_granularities
+    if words and core.runtime.batch.aligner is None:
         raise InvalidRequest(
-            "word timestamps are not served yet; ask for segment timestamps",
+            "this model names no alignment heads: it cannot time words",
             param="timestamp_granularities",
         )
     if form.timestamp_granularities and form.response_format is not TranscriptFormat.VERBOSE_JSON:
@@ -143,5 +148,6 @@ def _plan(
         temperature=form.temperature,
         seed=form.seed,
         segments=form.response_format in SEGMENTED,
+        words=words,
         prompt_ids=tuple(prompt_ids),
     )

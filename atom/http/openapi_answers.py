@@ -201,7 +201,7 @@ TRANSCRIPTION_FORM = obj(
     {"model": STRING, "language": STRING, "prompt": STRING,
      "response_format": {"enum": ["json", "text", "srt", "vtt", "verbose_json"]},
      "temperature": {"type": "number", "minimum": 0, "maximum": 1}, "stream": BOOLEAN,
-     "timestamp_granularities[]": array({"enum": ["segment"]}), "seed": INTEGER},
+     "timestamp_granularities[]": array({"enum": ["segment", "word"]}), "seed": INTEGER},
 )  # fmt: skip
 _SEGMENT = obj({"id": INTEGER, "seek": INTEGER, "start": NUMBER, "end": NUMBER, "text": STRING,
                 "tokens": array(INTEGER), "temperature": NUMBER, "avg_logprob": NUMBER,
@@ -210,7 +210,8 @@ _SEGMENT = obj({"id": INTEGER, "seek": INTEGER, "start": NUMBER, "end": NUMBER, 
 TRANSCRIPTION = obj(
     {"text": STRING},
     {"usage": obj({"type": const("duration"), "seconds": INTEGER}), "task": STRING,
-     "language": STRING, "duration": NUMBER, "segments": array(_SEGMENT)},
+     "language": STRING, "duration": NUMBER, "segments": array(_SEGMENT),
+     "words": array(obj({"word": STRING, "start": NUMBER, "end": NUMBER}))},
 )  # fmt: skip
 
 

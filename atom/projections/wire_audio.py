@@ -91,6 +91,7 @@ class TranscriptionRenderer:
             "duration": round(finished.seconds, 3),
             "text": self.text,
             "segments": segments_json(self.windows, plan.temperature),
+            **({"words": words_json(self.windows)} if plan.words else {}),
             "usage": _usage(finished),
         }
 
@@ -125,6 +126,14 @@ def segments_json(windows: list[WindowTranscribed], temperature: float) -> list[
                 }
             )
     return out
+
+
+def words_json(windows: list[WindowTranscribed]) -> list[dict[str, Any]]:
+    return [
+        {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+        for window in windows
+        for w in window.words
+    ]
 
 
 def compression_ratio(text: str) -> float:

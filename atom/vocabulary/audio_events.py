@@ -38,6 +38,7 @@ class TranscriptionPlan:
     temperature: float = 0.0
     seed: int | None = None
     segments: bool = False  # timestamps are decoded (srt, vtt, verbose_json)
+    words: bool = False  # each word's time is found (timestamp_granularities[]=word)
     prompt_ids: tuple[int, ...] = ()  # the prompt's text tokens
 
 
@@ -76,6 +77,15 @@ class TimedText:
     tokens: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimedWord:
+    """A word, from `start` to `end` seconds of the whole audio."""
+
+    word: str
+    start: float
+    end: float
+
+
 @_tagged("window_transcribed")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowTranscribed(RequestEvent):
@@ -91,6 +101,7 @@ class WindowTranscribed(RequestEvent):
     segments: tuple[TimedText, ...]
     num_tokens: int
     avg_logprob: float
+    words: tuple[TimedWord, ...] = ()  # when the plan asks them
 
 
 @_tagged("transcription_finished")

@@ -58,6 +58,13 @@ def test_every_response_format_through_the_openai_client(server: Server, fox: by
     assert verbose.segments and "lazy dog" in words(verbose.text)
     ends = [(s.start, s.end) for s in verbose.segments]
     assert all(a < b for a, b in ends) and ends == sorted(ends)
+    timed = client.audio.transcriptions.create(
+        **asked, response_format="verbose_json", timestamp_granularities=["word", "segment"]
+    )
+    assert timed.words and words(" ".join(w.word for w in timed.words)) == words(timed.text)
+    times = [(w.start, w.end) for w in timed.words]
+    assert all(a <= b for a, b in times) and times == sorted(times)
+    assert times[0][0] >= 0.0 and times[-1][1] <= timed.duration + 0.02
     srt = client.audio.transcriptions.create(**asked, response_format="srt")
     assert re.match(r"1\n00:00:0\d,\d{3} --> 00:00:0\d,\d{3}\n\S", srt)
     vtt = client.audio.transcriptions.create(**asked, response_format="vtt")
@@ -144,8 +151,7 @@ def test_bad_files_are_a_400_naming_the_file_and_the_server_serves_on(
         ({"temperature": "hot"}, "temperature"),
         ({"temperature": "1.5"}, "temperature"),
         ({"response_format": "mp3"}, "response_format"),
-        ({"timestamp_granularities[]": "word", "response_format": "verbose_json"},
-         "timestamp_granularities"),
+        ({"timestamp_granularities[]": "word"}, "timestamp_granularities"),
         ({"stream": "true", "response_format": "srt"}, "stream"),
         ({"model": "SmolLM2-135M-Instruct"}, "model"),
         ({"voice": "alloy"}, "voice"),

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import torch
 
+from atom.model.whisper.alignment import Aligner
 from atom.model.whisper.decoding import WindowDecode
 from atom.model.whisper.slots import WhisperSlots
 
 
 class WindowBatch:
-    def __init__(self, slots: WhisperSlots) -> None:
+    def __init__(self, slots: WhisperSlots, aligner: Aligner | None = None) -> None:
+        """`aligner`: the model's alignment heads, for windows that ask their words'
+        times (None: the model names none)."""
         self.slots = slots
+        self.aligner = aligner
         self._free = list(range(slots.num_slots))
         self._feeds: dict[int, tuple[WindowDecode, list[int]]] = {}  # slot → (window, next feed)
 
@@ -52,6 +56,8 @@ class WindowBatch:
             window = self._feeds[slot][0]
             feed = window.take(row)
             if feed is None:
+                if window.task.words and self.aligner is not None:
+                    window.words = self.aligner.words(self.slots, slot, window)
                 del self._feeds[slot]
                 self._free.append(slot)
                 done.append(window)

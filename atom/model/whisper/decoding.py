@@ -45,6 +45,18 @@ class WindowTask:
     temperature: float = 0.0
     seed: int | None = None  # a temperature above 0 samples from it (None: a fresh seed)
     previous: tuple[int, ...] = ()  # the prompt's text tokens (earlier speech, spellings)
+    words: bool = False  # each word's time is found when the window ends (alignment.py)
+
+
+@dataclass(frozen=True, slots=True)
+class WordTime:
+    """A word of a window (its text as decoded, a leading space kept), its start and end
+    in seconds from the window's start, and its tokens (atom/model/whisper/alignment.py)."""
+
+    word: str
+    start: float
+    end: float
+    tokens: tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -52,11 +64,13 @@ class WindowDecode:
     tokens: WhisperTokens
     task: WindowTask
     max_tokens: int  # the window's whole context, prompt included
+    seconds: float = WINDOW_SECONDS  # the audio the window holds (its words' frames)
     generator: torch.Generator | None = field(init=False, default=None)  # made on first sample
     language: str | None = field(init=False)  # the task's, or detected at the first step
     generated: list[int] = field(init=False, default_factory=list)
     sum_logprob: float = field(init=False, default=0.0)  # of the tokens chosen, end included
     fed: int = field(init=False, default=0)  # tokens fed so far, prompt included
+    words: list[WordTime] = field(init=False, default_factory=list)  # found at its end
 
     def __post_init__(self) -> None:
         self.language = self.task.language
@@ -91,6 +105,10 @@ class WindowDecode:
             return None
         self.fed += 1
         return [token]
+
+    def start_sequence(self) -> list[int]:
+        """`<|startoftranscript|>`, the language and the task (once the language is known)."""
+        return [self.tokens.start_of_transcript, *self._after_start()[:2]]
 
     def _after_start(self) -> list[int]:
         assert self.language is not None

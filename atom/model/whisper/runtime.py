@@ -17,6 +17,7 @@ from transformers import (
 )
 
 from atom.model.catalog import EMBEDDED, ModelSpec
+from atom.model.whisper.alignment import Aligner
 from atom.model.whisper.batch import WindowBatch
 from atom.model.whisper.decoding import WhisperTokens, WindowDecode, whisper_tokens
 from atom.model.whisper.package import transformers_folder
@@ -84,10 +85,17 @@ def whisper_runtime(
     """`model` in `num_slots` slots, with the tokenizer, special tokens and feature
     extractor of `folder`."""
     tokenizer = WhisperTokenizer.from_pretrained(folder)
-    tokens = whisper_tokens(tokenizer, GenerationConfig.from_pretrained(folder))
+    generation = GenerationConfig.from_pretrained(folder)
+    tokens = whisper_tokens(tokenizer, generation)
+    heads = getattr(generation, "alignment_heads", None)
+    aligner = (
+        Aligner(tuple((int(layer), int(head)) for layer, head in heads), tokenizer.decode)
+        if heads
+        else None
+    )
     weight = model.model.decoder.embed_tokens.weight
     return WhisperRuntime(
-        batch=WindowBatch(WhisperSlots(model, num_slots=num_slots)),
+        batch=WindowBatch(WhisperSlots(model, num_slots=num_slots), aligner),
         extractor=WhisperFeatureExtractor.from_pretrained(folder),
         tokenizer=tokenizer,
         tokens=tokens,

@@ -66,6 +66,32 @@ class WhisperSlots:
     def step(self, slots: list[int], tokens: list[list[int]]) -> torch.Tensor:
         """Feed tokens[b] to slot slots[b]; the logits after each one's last token,
         [len(slots), vocab], float32."""
+        x, counts = self._forward(slots, tokens)
+        rows = torch.arange(len(slots), device=x.device)
+        last = self.model.model.decoder.layer_norm(x[rows, counts - 1])
+        return self.model.proj_out(last).float()
+
+    @torch.inference_mode()
+    def cross_logits(
+        self, slot: int, tokens: list[int], layers: frozenset[int]
+    ) -> dict[int, torch.Tensor]:
+        """`tokens` fed to `slot` from its start (its window has ended: its own keys and
+        values are written over): each of `layers`' cross-attention logits, [heads,
+        len(tokens), source positions], its queries scaled as the attention scales them."""
+        self.lengths[slot] = 0
+        found: dict[int, torch.Tensor] = {}
+        self._forward([slot], [tokens], (layers, found))
+        return found
+
+    def _forward(
+        self,
+        slots: list[int],
+        tokens: list[list[int]],
+        record: tuple[frozenset[int], dict[int, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder over each slot's feed: the last layer's states [slots, width,
+        d_model] and each feed's length; `record` keeps some layers' cross-attention
+        logits (of a single slot)."""
         decoder = self.model.model.decoder
         device = self._self_k.device
         starts = torch.tensor([self.lengths[s] for s in slots], device=device)
@@ -85,16 +111,20 @@ class WhisperSlots:
         mask = self._self_mask(starts, counts, width)
         for i, layer in enumerate(decoder.layers):
             x = x + self._self_attention(i, layer, x, index, positions, counts, mask)
-            x = x + self._cross_attention(i, layer, x, slots)
+            x = x + self._cross_attention(i, layer, x, slots, record)
             h = layer.final_layer_norm(x)
             x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
         for slot, count in zip(slots, counts.tolist(), strict=True):
             self.lengths[slot] += count
-        last = decoder.layer_norm(x[torch.arange(len(slots), device=device), counts - 1])
-        return self.model.proj_out(last).float()
+        return x, counts
 
     def _cross_attention(
-        self, i: int, layer: WhisperDecoderLayer, x: torch.Tensor, slots: list[int]
+        self,
+        i: int,
+        layer: WhisperDecoderLayer,
+        x: torch.Tensor,
+        slots: list[int],
+        record: tuple[frozenset[int], dict[int, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """One layer's cross-attention, each window over its own encoder states: a slot's
         keys and values are read in place (gathering every slot's 1,500 rows into a
@@ -102,6 +132,8 @@ class WhisperSlots:
         attention = layer.encoder_attn
         q = self._heads(attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling)
         k, v = self._cross_k[i], self._cross_v[i]
+        if record is not None and i in record[0]:
+            record[1][i] = q[0] @ k[slots[0]].transpose(-1, -2)
         out = torch.cat(
             [
                 F.scaled_dot_product_attention(q[b : b + 1], k[s : s + 1], v[s : s + 1], scale=1.0)
