@@ -1,6 +1,12 @@
 from __future__ import annotations
 
 from atom.projections.metrics import Metrics
+from atom.vocabulary.audio_events import (
+    AudioRef,
+    TranscriptionFinished,
+    TranscriptionPlan,
+    TranscriptionRequested,
+)
 from atom.vocabulary.events import (
     ChoiceFinished,
     Endpoint,
@@ -16,6 +22,7 @@ from atom.vocabulary.events import (
     RequestAborted,
     RequestAccepted,
     RequestCompleted,
+    RequestFailed,
     RequestReceived,
     RequestReleased,
     RequestScheduled,
@@ -131,3 +138,33 @@ def test_an_adapters_requests_count_for_its_base_and_show_in_lora_requests_info(
     ])  # fmt: skip
     assert 'running_lora_adapters="",waiting_lora_adapters=""' in metrics.render(["m"], max_loras=2)
     assert "lora_requests_info" not in metrics.render(["m"])  # --enable-lora off
+
+
+def test_a_transcription_runs_from_its_request_to_its_end() -> None:
+    """Transcriptions count under their speech model: running while their windows
+    decode, a success and an end-to-end latency when they finish; a failed one frees
+    its place and counts no success."""
+    metrics = Metrics()
+    plan = TranscriptionPlan(endpoint=Endpoint.TRANSCRIPTIONS)
+    audio = AudioRef(sha256="0" * 64, num_bytes=1)
+
+    def asked(rid: str) -> TranscriptionRequested:
+        return TranscriptionRequested(
+            request_id=rid, endpoint=plan.endpoint, model="w", created=0, audio=audio, plan=plan
+        )
+
+    feed(metrics, [
+        (0.0, asked("a")),
+        (0.5, asked("b")),
+    ])  # fmt: skip
+    assert metrics.model("w").num_running == 2
+    feed(metrics, [
+        (2.5, TranscriptionFinished(request_id="a", seconds=9.0, language="english",
+                                    latency_s=2.5)),
+        (3.0, RequestFailed(request_id="b", status=400, message="m", error_type="t")),
+    ])  # fmt: skip
+    speech = metrics.model("w")
+    assert (speech.num_running, speech.success["stop"], speech.e2e.num) == (0, 1, 1)
+    assert 'atom:e2e_request_latency_seconds_count{model_name="w"} 1' in metrics.render(
+        ["w"], request_log_failures=0
+    )

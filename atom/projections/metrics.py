@@ -28,7 +28,13 @@ from atom.vocabulary.events import (
     RequestReleased,
     RequestScheduled,
     TokensSampled,
+    TranscriptionFinished,
+    TranscriptionRequested,
 )
+
+# Requests no Batcher runs (pooling, transcriptions): their first event, and their end.
+WHOLE_ENDS = (PoolingFinished, TranscriptionFinished)
+WHOLE_EVENTS = (PoolingRequested, TranscriptionRequested, *WHOLE_ENDS)
 
 # vLLM's buckets, so existing dashboards map over.
 # fmt: off
@@ -94,7 +100,8 @@ class ModelMetrics:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self._requests: dict[str, RequestUsage] = {}  # until the request ends
-        self._pooling: dict[str, float] = {}  # a running pooling request's arrival time
+        # a running request of no Batcher's (pooling, transcription): its arrival time
+        self._pooling: dict[str, float] = {}
 
     def apply(self, envelope: Envelope, lora: str | None = None) -> None:
         """Fold one event; `lora`: the adapter the request's event is of."""
@@ -105,7 +112,7 @@ class ModelMetrics:
             self._on_step(event)
         elif isinstance(event, EngineIdle):
             self.kv_cache_usage = event.kv_cache_usage
-        elif isinstance(event, PoolingRequested | PoolingFinished) or (
+        elif isinstance(event, WHOLE_EVENTS) or (
             isinstance(event, RequestEvent) and event.request_id in self._pooling
         ):
             self._on_pooling_event(envelope, event)
@@ -123,18 +130,20 @@ class ModelMetrics:
         self.kv_disk_failures += event.kv_disk_failures
 
     def _on_pooling_event(self, envelope: Envelope, event: Event) -> None:
-        """A pooling request runs from its arrival to its outputs (or error)."""
-        if isinstance(event, PoolingRequested):
+        """A pooling request or a transcription runs from its arrival to its outputs
+        (or error)."""
+        if isinstance(event, PoolingRequested | TranscriptionRequested):
             self._pooling[event.request_id] = envelope.at
             self.num_running += 1
-            self.prompt_tokens += event.num_prompt_tokens
+            if isinstance(event, PoolingRequested):
+                self.prompt_tokens += event.num_prompt_tokens
             return
         assert isinstance(event, RequestEvent)
         arrived = self._pooling.pop(event.request_id, None)
         if arrived is None:
             return
         self.num_running -= 1
-        if isinstance(event, PoolingFinished):
+        if isinstance(event, PoolingFinished | TranscriptionFinished):
             self.success["stop"] += 1
             self.e2e.observe(envelope.at - arrived)
 
@@ -205,9 +214,9 @@ class ModelMetrics:
 # What the metrics fold reads (Engine subscribes it to these only): never a token's
 # text, reasoning or tool-call events.
 METRIC_EVENTS: tuple[type[Event], ...] = (
-    EngineStepped, EngineIdle, LoraLoaded, LoraUnloaded, PoolingRequested, PoolingFinished,
-    RequestReceived, RequestAccepted, RequestScheduled, TokensSampled, ChoiceFinished,
-    RequestReleased, RequestCompleted, RequestFailed, RequestAborted,
+    EngineStepped, EngineIdle, LoraLoaded, LoraUnloaded, *WHOLE_EVENTS, RequestReceived,
+    RequestAccepted, RequestScheduled, TokensSampled, ChoiceFinished, RequestReleased,
+    RequestCompleted, RequestFailed, RequestAborted,
 )  # fmt: skip
 
 
@@ -244,7 +253,7 @@ class Metrics:
             return
         if not isinstance(event, RequestEvent):
             return
-        if isinstance(event, RequestReceived | PoolingRequested):
+        if isinstance(event, RequestReceived | PoolingRequested | TranscriptionRequested):
             # A request to an adapter counts for its base model (as vLLM's model_name).
             base = self._bases.get(event.model)
             lora = None if base is None else event.model
@@ -316,7 +325,7 @@ class _Route:
             self.is_accepted = True
         elif isinstance(event, RequestReleased):
             self.is_released = True
-        elif isinstance(event, RequestCompleted | RequestFailed | RequestAborted | PoolingFinished):
+        elif isinstance(event, (RequestCompleted, RequestFailed, RequestAborted, *WHOLE_ENDS)):
             self.has_ended = True
         return self.has_ended and (self.is_released or not self.is_accepted)
 
