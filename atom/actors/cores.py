@@ -75,6 +75,7 @@ class TranscriptionCore:
     clock: Clock
     max_model_len: int  # the decoder's context a window (448 for Whisper)
     max_audio_seconds: float  # longer audio is refused (--max-audio-seconds)
+    log_audio: bool = False  # the request log keeps the file (--request-log-audio)
     description: Mapping[str, str] = field(default_factory=dict)
 
 

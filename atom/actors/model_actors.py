@@ -115,6 +115,7 @@ def _transcriber(
         clock=parts.clock,
         max_model_len=loaded.max_tokens,
         max_audio_seconds=parts.settings.max_audio_seconds,
+        log_audio=parts.settings.request_log_audio,
         description=loaded.description,
     )
     return transcriber, core

@@ -8,6 +8,7 @@ rest of the file is decoded window by window as the Transcriber reaches it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import itertools
 import uuid
@@ -97,6 +98,7 @@ def plan_transcription(
         sha256=hashlib.sha256(upload.data).hexdigest(),
         num_bytes=len(upload.data),
         filename=upload.filename,
+        data=base64.b64encode(upload.data).decode() if core.log_audio else None,
     )
     client_id, owner = caller
     received = TranscriptionRequested(

@@ -44,11 +44,13 @@ class TranscriptionPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AudioRef:
-    """The uploaded file as the log keeps it: its content hash, size and name."""
+    """The uploaded file as the log keeps it: its content hash, size and name, and its
+    bytes as base64 only with --request-log-audio."""
 
     sha256: str
     num_bytes: int
     filename: str = ""
+    data: str | None = None
 
 
 @_tagged("transcription_requested")

@@ -106,6 +106,7 @@ class Settings:
     ssl_keyfile: str | None = None
     ssl_ca_certs: str | None = None  # client certificates are then required
     request_log: str | None = None
+    request_log_audio: bool = False  # a transcription's file in the log too (base64)
     crash_dump_dir: str | None = None  # a fatal error writes the last minutes of events here
     no_webui: bool = False  # GET / serves no chat page
     cache_dir: str = str(Path.home() / ".cache" / "atom")
@@ -320,6 +321,8 @@ HELP = {
     "then the request is aborted (0: off)",
     "watchdog_timeout": "seconds a model step may run before the server fails loudly (0: off)",
     "request_log": "JSONL event log path (default: off); also feeds the web page's request view",
+    "request_log_audio": "keep each transcription's audio file in the request log (base64), "
+    "not only its hash and size",
     "no_webui": "serve no web page at / (the chat, engine and request views)",
     "crash_dump_dir": "on a fatal error, write the last 5 minutes of events here as a "
     "request log (atom replay reads it); kept in memory meanwhile (default: off)",
