@@ -1,0 +1,1 @@
+"""Video in: decoding files to the frames a video-language model sees (docs/multimodal.md, "Video")."""
