@@ -146,11 +146,14 @@ def test_words_become_enums_and_json_its_records_when_the_settings_are_made() ->
         "ATOM_QUANTIZATION": "int8", "ATOM_ENABLE_LORA": "1", "ATOM_LORA_MODULES": "a=/x",
         "ATOM_DEFAULT_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
         "ATOM_LIMIT_MM_PER_PROMPT": '{"image": 2}',
+        "ATOM_MEDIA_IO_KWARGS": '{"video": {"num_frames": 16}}',
         "ATOM_SPECULATIVE_CONFIG": '{"method": "ngram", "num_speculative_tokens": 3}',
     })  # fmt: skip
     assert s.quantization is Quantization.INT8 and s.quantization == "int8"
     assert s.loras == (LoraModule(name="a", path="/x"),)
-    assert s.chat_template_kwargs == {"enable_thinking": False} and s.max_images == 2
+    assert s.chat_template_kwargs == {"enable_thinking": False}
+    assert (s.media_limits.image, s.media_limits.video) == (2, 1)
+    assert (s.video.fps, s.video.num_frames) == (2.0, 16)
     assert s.speculative is not None and s.speculative.num_speculative_tokens == 3
     assert Settings.from_env(s.to_env()) == s  # the parsed records are not variables
     assert Settings(quantization="int4").quantization is Quantization.INT4  # type: ignore[arg-type]
@@ -163,7 +166,9 @@ def test_words_become_enums_and_json_its_records_when_the_settings_are_made() ->
         ("tool_call_parser", "hermez", "expected hermes, qwen,"),
         ("speculative_config", '{"method": "magic"}', "method must be one of"),
         ("default_chat_template_kwargs", "[1]", "expected a JSON object"),
-        ("limit_mm_per_prompt", '{"video": 1}', "only images are served"),
+        ("limit_mm_per_prompt", '{"audio": 1}', "only images and videos are served"),
+        ("media_io_kwargs", '{"video": {"fps": 0}}', "video fps must be a number in (0, 60]"),
+        ("media_io_kwargs", '{"video": {"frames": 8}}', 'expected {"video": {"fps"'),
         ("lora_modules", "just-a-name", "expected name=path"),
         ("max_num_seqs", "many", "invalid literal"),
     ],

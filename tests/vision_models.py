@@ -20,6 +20,7 @@ TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>"
+    "{% elif part['type'] == 'video' %}<video>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -142,7 +143,9 @@ def tiny_idefics3(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-QWEN_TEMPLATE = TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
+QWEN_TEMPLATE = TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>").replace(
+    "<video>", "<|vision_start|><|video_pad|><|vision_end|>"
+)
 
 
 def tiny_qwen2_5_vl(folder: Path, seed: int = 0) -> Path:

@@ -179,9 +179,9 @@ def conversation_prompt(
     """Chat messages rendered by the template (a vision model's processor template, its
     images read and expanded: atom/http/images.py); 400s name the field."""
     sources = [
-        ImageSource(url=url, param=f"messages.{m_idx}.content.{p_idx}")
+        ImageSource(url=url, param=f"messages.{m_idx}.content.{p_idx}", kind=kind)
         for m_idx, message in enumerate(messages)
-        for p_idx, url in message.image_urls()
+        for p_idx, url, kind in message.media_urls()
     ]
     vision = core.images is not None
     rendered = [m.as_template_message(parts=vision) for m in messages]

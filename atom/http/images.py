@@ -13,6 +13,7 @@ from typing import Any
 
 from atom.actors.cores import EngineCore
 from atom.http.media import FetchFirst, MediaPolicy, load_image, web_images_to_fetch
+from atom.http.videos import load_video
 from atom.model.vision.prompter import ImagePrompter, ImageRefused
 from atom.text.prompt import TemplateControls, render_chat
 from atom.vocabulary.errors import InvalidRequest
@@ -25,6 +26,7 @@ class ImageSource:
 
     url: str
     param: str
+    kind: str = "image"  # or "video"
 
 
 def image_prompt(
@@ -41,10 +43,15 @@ def image_prompt(
     each of `sources` goes. 400s name the field: a text-only model, too many images, an
     image the policy refuses or that does not decode, a template that drops images."""
     prompter = _prompter(core, policy, sources)
-    to_fetch = web_images_to_fetch([(s.url, s.param) for s in sources], policy)
+    to_fetch = web_images_to_fetch([(s.url, s.param) for s in sources if s.kind == "image"], policy)
     if to_fetch:  # before anything is read or rendered: atom/http/fetch.py
         raise FetchFirst(to_fetch)
-    loaded = [load_image(source.url, source.param, policy) for source in sources]
+    loaded = [
+        load_video(s.url, s.param, policy)
+        if s.kind == "video"
+        else load_image(s.url, s.param, policy)
+        for s in sources
+    ]
     if controls.chat_template is None and prompter.chat_template:
         controls = dataclasses.replace(controls, chat_template=prompter.chat_template)
     try:
@@ -72,13 +79,19 @@ def _prompter(
         raise InvalidRequest(
             f"{param}: this model takes text only; image parts need a vision model", param=param
         )
-    if len(sources) > policy.max_images:
-        param = sources[policy.max_images].param
-        raise InvalidRequest(
-            f"{param}: a prompt may hold at most {policy.max_images} images "
-            "(--limit-mm-per-prompt)",
-            param=param,
-        )
+    for kind in ("image", "video"):
+        limit = getattr(policy.limits, kind)
+        of_kind = [s for s in sources if s.kind == kind]
+        if len(of_kind) > limit:
+            param = of_kind[limit].param
+            raise InvalidRequest(
+                f"{param}: a prompt may hold at most {limit} {kind}s (--limit-mm-per-prompt)",
+                param=param,
+            )
+    videos = [s for s in sources if s.kind == "video"]
+    if videos and not core.images.takes_video:
+        param = videos[0].param
+        raise InvalidRequest(f"{param}: this model takes no video parts", param=param)
     return core.images
 
 

@@ -22,13 +22,13 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-from atom.vocabulary.choices import IMAGES_PER_PROMPT
+from atom.vocabulary.choices import MediaLimits, VideoSampling
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 
@@ -66,7 +66,8 @@ class MediaPolicy:
     fetch_timeout_s: float = 5.0
     max_bytes: int = 20 << 20
     max_pixels: int = 4096 * 4096
-    max_images: int = IMAGES_PER_PROMPT  # --limit-mm-per-prompt's "image"
+    limits: MediaLimits = field(default_factory=MediaLimits)  # --limit-mm-per-prompt
+    video: VideoSampling = field(default_factory=VideoSampling)  # --media-io-kwargs
 
     @classmethod
     @functools.cache
@@ -79,7 +80,8 @@ class MediaPolicy:
             fetch_timeout_s=settings.media_fetch_timeout,
             max_bytes=settings.max_media_bytes,
             max_pixels=settings.max_image_pixels,
-            max_images=settings.max_images,
+            limits=settings.media_limits,
+            video=settings.video,
         )
 
 
@@ -87,6 +89,7 @@ class MediaPolicy:
 class LoadedImage:
     image: Any  # a PIL image in RGB
     sha256: str  # of the size and the RGB pixels: the same picture in any format hashes alike
+    kind: ClassVar[str] = "image"
 
     @property
     def size(self) -> tuple[int, int]:
@@ -101,7 +104,7 @@ def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
     if scheme == "data":
         raw = _from_data_url(url, param, policy)
     elif scheme == "file":
-        raw = _from_file(url, param, policy)
+        raw = file_bytes(url, param, policy)
     elif scheme in WEB_SCHEMES:
         raw = _from_web(url, param, policy)
     else:
@@ -112,27 +115,35 @@ def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
 
 
 def _from_data_url(url: str, param: str, policy: MediaPolicy) -> bytes:
-    head, sep, data = url.partition(",")
-    media_type = head[5:].split(";")[0].strip().lower()
-    if not sep or not head.endswith(";base64"):
-        raise InvalidRequest(
-            f"{param}: a data URL must be base64 (data:...;base64,...)", param=param
-        )
+    media_type = url[5:].partition(",")[0].split(";")[0].strip().lower()
     if media_type not in MEDIA_TYPES:
         raise InvalidRequest(
             f"{param}: media type {media_type or '(none)'!r} is not an image type ATOM "
             "decodes (image/png, image/jpeg, image/webp, image/gif)",
             param=param,
         )
+    return data_url_bytes(url, param, policy)
+
+
+def data_url_bytes(url: str, param: str, policy: MediaPolicy) -> bytes:
+    """A base64 `data:` URL's bytes, at most --max-media-bytes; InvalidRequest naming
+    `param` otherwise."""
+    head, sep, data = url.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise InvalidRequest(
+            f"{param}: a data URL must be base64 (data:...;base64,...)", param=param
+        )
     if len(data) * 3 // 4 > policy.max_bytes:
-        raise InvalidRequest(f"{param}: the image is over {policy.max_bytes} bytes", param=param)
+        raise InvalidRequest(f"{param}: the file is over {policy.max_bytes} bytes", param=param)
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{param}: the data URL is not valid base64", param=param) from None
 
 
-def _from_file(url: str, param: str, policy: MediaPolicy) -> bytes:
+def file_bytes(url: str, param: str, policy: MediaPolicy) -> bytes:
+    """A `file:` URL's bytes, under --allowed-local-media-path only, a regular file of at
+    most --max-media-bytes; InvalidRequest naming `param` otherwise."""
     if policy.local_root is None:
         raise InvalidRequest(
             f"{param}: file URLs need the server started with --allowed-local-media-path",
@@ -151,7 +162,7 @@ def _from_file(url: str, param: str, policy: MediaPolicy) -> bytes:
     if raw is None:
         raise InvalidRequest(f"{param}: {path} is not a regular file", param=param)
     if len(raw) > policy.max_bytes:
-        raise InvalidRequest(f"{param}: the image is over {policy.max_bytes} bytes", param=param)
+        raise InvalidRequest(f"{param}: the file is over {policy.max_bytes} bytes", param=param)
     return raw
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from atom.text.prompt import IMAGE_PART
+from atom.text.prompt import IMAGE_PART, VIDEO_PART
 
 # Fields OpenAI clients send routinely that do not change generation: accepted, ignored.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
@@ -58,7 +58,16 @@ class ImagePart(_Body):
     image_url: ImageUrl
 
 
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+class VideoUrl(_Body):
+    url: str
+
+
+class VideoPart(_Body):
+    type: Literal["video_url"]
+    video_url: VideoUrl
+
+
+ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
 
 
 class FunctionCall(_Body):
@@ -72,6 +81,15 @@ class ToolCallIn(_Body):
     function: FunctionCall
 
 
+def _template_part(part: TextPart | ImagePart | VideoPart) -> dict[str, Any]:
+    """A content part as a vision model's chat template takes it."""
+    if isinstance(part, ImagePart):
+        return IMAGE_PART
+    if isinstance(part, VideoPart):
+        return VIDEO_PART
+    return {"type": "text", "text": part.text}
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -79,10 +97,16 @@ class ChatMessage(_Body):
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
 
-    def image_urls(self) -> list[tuple[int, str]]:
-        """(part index, URL) of each image part, in order."""
+    def media_urls(self) -> list[tuple[int, str, str]]:
+        """(part index, URL, "image" or "video") of each image and video part, in order."""
         parts = self.content if isinstance(self.content, list) else []
-        return [(i, p.image_url.url) for i, p in enumerate(parts) if isinstance(p, ImagePart)]
+        return [
+            (i, p.image_url.url, "image")
+            if isinstance(p, ImagePart)
+            else (i, p.video_url.url, "video")
+            for i, p in enumerate(parts)
+            if isinstance(p, ImagePart | VideoPart)
+        ]
 
     def as_template_message(self, *, parts: bool = False) -> dict[str, Any]:
         """The message as chat templates expect it; tool-call arguments as objects. With
@@ -95,10 +119,7 @@ class ChatMessage(_Body):
                 if isinstance(content, list)
                 else [TextPart(type="text", text=content or "")]
             )
-            content = [
-                IMAGE_PART if isinstance(p, ImagePart) else {"type": "text", "text": p.text}
-                for p in given
-            ]
+            content = [_template_part(p) for p in given]
         elif isinstance(content, list):
             content = "".join(part.text for part in content if isinstance(part, TextPart))
         message: dict[str, Any] = {"role": self.role, "content": content or ""}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 IMAGE_PART = {"type": "image"}  # an image's place in a template message's content list
+VIDEO_PART = {"type": "video"}  # and a video's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,1 +1,2 @@
-"""Video in: decoding files to the frames a video-language model sees (docs/multimodal.md, "Video")."""
+"""Video in: decoding files to the frames a video-language model sees
+(docs/multimodal.md, "Video")."""

@@ -138,21 +138,54 @@ def lora_modules(entries: tuple[str, ...]) -> tuple[LoraModule, ...]:
     return tuple(modules)
 
 
-IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's default
+IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's defaults
+VIDEOS_PER_PROMPT = 1
 
 
-def images_per_prompt(raw: str | None) -> int:
-    """`--limit-mm-per-prompt` (vLLM's JSON object, e.g. `{"image": 4}`): images a prompt
-    may hold."""
-    if not raw:
-        return IMAGES_PER_PROMPT
+@dataclass(frozen=True, slots=True)
+class MediaLimits:
+    """Images and videos one prompt may hold (`--limit-mm-per-prompt`)."""
+
+    image: int = IMAGES_PER_PROMPT
+    video: int = VIDEOS_PER_PROMPT
+
+
+def media_per_prompt(raw: str | None) -> MediaLimits:
+    """`--limit-mm-per-prompt` (vLLM's JSON object, e.g. `{"image": 4, "video": 1}`)."""
     value = json_object(raw)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
-        raise ValueError('expected a JSON object such as {"image": 4}')
-    unknown = set(value) - {"image"}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()):
+        raise ValueError('expected a JSON object of counts such as {"image": 4, "video": 1}')
+    unknown = set(value) - {"image", "video"}
     if unknown:
-        raise ValueError(f"only images are served, not {sorted(unknown)}")
-    return int(value.get("image", IMAGES_PER_PROMPT))
+        raise ValueError(f"only images and videos are served, not {sorted(unknown)}")
+    return MediaLimits(**value)
+
+
+@dataclass(frozen=True, slots=True)
+class VideoSampling:
+    """The frames a video part gives a model (`--media-io-kwargs`'s "video"): `fps` a
+    second, at most `num_frames`, spread evenly over a longer video."""
+
+    fps: float = 2.0
+    num_frames: int = 32
+
+
+def video_sampling(raw: str | None) -> VideoSampling:
+    """`--media-io-kwargs` (vLLM's JSON object, e.g. `{"video": {"num_frames": 16}}`)."""
+    value = json_object(raw)
+    unknown = set(value) - {"video"}
+    if unknown:
+        raise ValueError(f"only video options are read, not {sorted(unknown)}")
+    video = value.get("video", {})
+    if not isinstance(video, dict) or set(video) - {"fps", "num_frames"}:
+        raise ValueError('expected {"video": {"fps": 2, "num_frames": 32}}')
+    sampling = VideoSampling(**video)
+    fps, frames = sampling.fps, sampling.num_frames
+    if not isinstance(fps, int | float) or isinstance(fps, bool) or not 0 < fps <= 60:
+        raise ValueError(f"video fps must be a number in (0, 60], got {fps!r}")
+    if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 1024:
+        raise ValueError(f"video num_frames must be an integer in 1..1024, got {frames!r}")
+    return sampling
 
 
 def json_object(raw: str | None) -> dict[str, Any]:

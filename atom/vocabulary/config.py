@@ -16,22 +16,24 @@ from types import MappingProxyType
 from typing import Any
 
 from atom.vocabulary.choices import (
-    IMAGES_PER_PROMPT,
     CpuKernels,
     KVCacheDtype,
     LogFormat,
     LogLevel,
     LoraModule,
+    MediaLimits,
     ModelImpl,
     Quantization,
     ReasoningParser,
     RouterPolicy,
     SchedulingPolicy,
     ToolCallParser,
+    VideoSampling,
     WhileAsleep,
-    images_per_prompt,
     json_object,
     lora_modules,
+    media_per_prompt,
+    video_sampling,
     word,
 )
 from atom.vocabulary.kv_events import KVEventsConfig, parse_kv_events_config
@@ -71,7 +73,8 @@ class Settings:
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
     allowed_local_media_path: str | None = None  # file:// images only under this folder
     allowed_media_domains: tuple[str, ...] = ()  # hosts images may be fetched from ("*": any)
-    limit_mm_per_prompt: str | None = None  # vLLM's {"image": 4}: see `max_images`
+    limit_mm_per_prompt: str | None = None  # vLLM's {"image": 4}: see `media_limits`
+    media_io_kwargs: str | None = None  # vLLM's {"video": {"num_frames": 32}}: `video`
     media_fetch_timeout: float = 5.0  # seconds an image fetch may take
     max_media_bytes: int = 20 * 1024 * 1024  # a larger image is a 400
     max_image_pixels: int = 4096 * 4096  # a larger image is a 400, refused before decoding
@@ -125,7 +128,8 @@ class Settings:
     kv_events: KVEventsConfig | None = field(init=False, compare=False, default=None)
     loras: tuple[LoraModule, ...] = field(init=False, compare=False, default=())
     chat_template_kwargs: Mapping[str, Any] = field(init=False, compare=False, default_factory=dict)
-    max_images: int = field(init=False, compare=False, default=IMAGES_PER_PROMPT)
+    media_limits: MediaLimits = field(init=False, compare=False, default_factory=MediaLimits)
+    video: VideoSampling = field(init=False, compare=False, default_factory=VideoSampling)
 
     def __post_init__(self) -> None:
         """Every setting checked once, here: words become their enums, JSON its records;
@@ -141,7 +145,8 @@ class Settings:
             "kv_events": ("kv_events_config", parse_kv_events_config),
             "loras": ("lora_modules", lora_modules),
             "chat_template_kwargs": ("default_chat_template_kwargs", _read_only_object),
-            "max_images": ("limit_mm_per_prompt", images_per_prompt),
+            "media_limits": ("limit_mm_per_prompt", media_per_prompt),
+            "video": ("media_io_kwargs", video_sampling),
         }
         for name, (source, parse) in parsed.items():
             with naming(source):
@@ -280,7 +285,10 @@ HELP = {
     "(default: refused)",
     "allowed_media_domains": "hosts http(s) image URLs may be fetched from, a JSON list or "
     'comma-separated; ["*"] allows any (default: refused)',
-    "limit_mm_per_prompt": 'images one prompt may hold, vLLM\'s JSON: {"image": 4} (default 8)',
+    "limit_mm_per_prompt": "images and videos one prompt may hold, vLLM's JSON: "
+    '{"image": 4, "video": 1} (default 8 and 1)',
+    "media_io_kwargs": 'how a video part is sampled, vLLM\'s JSON: {"video": {"fps": 2, '
+    '"num_frames": 32}} (those are the defaults)',
     "media_fetch_timeout": "seconds a request's http(s) images may take to fetch, all told",
     "max_media_bytes": "largest image file accepted, in bytes",
     "max_image_pixels": "largest image accepted, width x height",

@@ -29,6 +29,7 @@ class ImageRef:
     height: int
     num_tokens: int
     offset: int
+    kind: str = "image"  # or "video": its frames' hash and size, all its frames' tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -112,3 +112,20 @@ def silent_flac(seconds: float, rate: int = SAMPLE_RATE) -> bytes:
         for packet in stream.encode(None):
             out.mux(packet)
     return buffer.getvalue()
+
+
+def counting_video(seconds: float, rate: int = 10, size: int = 32) -> bytes:
+    """An mp4 whose frame i is filled with the value i (as near as the codec keeps it)."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=rate)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv444p"
+        stream.options = {"qp": "0"}  # lossless: each frame's value comes back
+        for i in range(int(seconds * rate)):
+            image = np.full((size, size, 3), i * 4, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buffer.getvalue()

@@ -3,33 +3,13 @@ in number, and refused with a reason when the bytes are not a video ATOM reads."
 
 from __future__ import annotations
 
-import io
-
-import av
 import numpy as np
 import pytest
 
 from atom.video.frames import VideoError, sample_frames
-from tests.audio.media import tone
+from tests.audio.media import counting_video, tone
 
 LIMITS = {"max_pixels": 1920 * 1080}
-
-
-def counting_video(seconds: float, rate: int = 10, size: int = 32) -> bytes:
-    """An mp4 whose frame i is filled with the value i (as near as the codec keeps it)."""
-    buffer = io.BytesIO()
-    with av.open(buffer, mode="w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=rate)
-        stream.width = stream.height = size
-        stream.pix_fmt = "yuv444p"
-        stream.options = {"qp": "0"}  # lossless: each frame's value comes back
-        for i in range(int(seconds * rate)):
-            image = np.full((size, size, 3), i * 4, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
-    return buffer.getvalue()
 
 
 def shown(frames_images: tuple[np.ndarray, ...]) -> list[int]:

@@ -65,10 +65,17 @@ def test_refusals_name_the_field(tmp_path: Path) -> None:
     assert "BMP images are not accepted" in refused(bmp).message
 
 
-def test_the_image_limit_reads_vllms_json() -> None:
-    assert Settings().max_images == 8
-    assert MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3}')).max_images == 3
-    for bad in ('["image"]', '{"image": "two"}', '{"video": 1}', '{"image": true}'):
+def test_the_media_limits_read_vllms_json() -> None:
+    assert (Settings().media_limits.image, Settings().media_limits.video) == (8, 1)
+    limits = MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3, "video": 2}')).limits
+    assert (limits.image, limits.video) == (3, 2)
+    for bad in (
+        '["image"]',
+        '{"image": "two"}',
+        '{"audio": 1}',
+        '{"image": true}',
+        '{"video": -1}',
+    ):
         with pytest.raises(ValueError, match="limit-mm-per-prompt"):
             Settings(limit_mm_per_prompt=bad)
 

@@ -1,5 +1,6 @@
 """The vision encoder in the engine's step: every image a step's chunks need, of every
-request, encoded in one call of the model's own `get_image_features`."""
+request, encoded in one call of the model's own `get_image_features` (and every video
+in one of its `get_video_features`)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,24 @@ class VisionEncoder:
         self.mrope = family.mrope  # the language model's positions follow image grids
 
     def encode(self, images: Sequence[PromptImage]) -> list[torch.Tensor]:
-        """Each image's rows [its placeholder count, hidden], in order."""
+        """Each image's (or video's) rows [its placeholder count, hidden], in order."""
+        found: dict[int, torch.Tensor] = {}
+        for kind in ("image", "video"):
+            picked = [i for i, image in enumerate(images) if image.ref.kind == kind]
+            if picked:
+                rows = self._encode(kind, [images[i] for i in picked])
+                found.update(zip(picked, rows, strict=True))
+        return [found[i] for i in range(len(images))]
+
+    def _encode(self, kind: str, images: list[PromptImage]) -> list[torch.Tensor]:
+        join = self._family.join if kind == "image" else self._family.video_join
         batch: dict[str, torch.Tensor] = {}
-        for key, dim in self._family.join.items():
+        for key, dim in join.items():
             joined = torch.cat([torch.as_tensor(i.pixels[key]) for i in images], dim=dim)
             joined = joined.to(self.device)
             batch[key] = joined.to(self._dtype) if joined.is_floating_point() else joined
-        out = self._vision.get_image_features(**batch).pooler_output
+        features = getattr(self._vision, f"get_{kind}_features")
+        out = features(**batch).pooler_output
         pieces = out if isinstance(out, list | tuple) else [out]
         rows = torch.cat([p.reshape(-1, p.shape[-1]) for p in pieces])
         sizes = [len(image.positions) for image in images]

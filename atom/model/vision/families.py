@@ -9,7 +9,7 @@ encoder's output rows, flattened, are each image's rows in order, whatever the f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,8 @@ class VisionFamily:
     architecture: str
     join: Mapping[str, int]
     mrope: bool = False
+    # a video's tensors for `get_video_features`, joined as `join`'s; empty: no video
+    video_join: Mapping[str, int] = field(default_factory=dict)
 
 
 FAMILIES = {
@@ -43,6 +45,7 @@ FAMILIES = {
             architecture="Qwen2VLForConditionalGeneration",
             join={"pixel_values": 0, "image_grid_thw": 0},
             mrope=True,
+            video_join={"pixel_values_videos": 0, "video_grid_thw": 0},
         ),
         # Qwen2.5-VL: the same inputs and positions; windowed attention in its tower.
         VisionFamily(

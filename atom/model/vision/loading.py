@@ -47,7 +47,10 @@ def _grid_processor(folder: Path, config: Any) -> GridProcessor:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     image_token = str(tokenizer.convert_ids_to_tokens(int(config.image_token_id)))
     merge = int(config.vision_config.spatial_merge_size)
-    return GridProcessor(tokenizer, AutoImageProcessor.from_pretrained(folder), image_token, merge)
+    video_id = getattr(config, "video_token_id", None)
+    video_token = None if video_id is None else str(tokenizer.convert_ids_to_tokens(int(video_id)))
+    image_processor = AutoImageProcessor.from_pretrained(folder)
+    return GridProcessor(tokenizer, image_processor, image_token, merge, video_token)
 
 
 def vision_forward(
@@ -65,5 +68,11 @@ def vision_forward(
     forward = own_forward(view, "atom", kernels=kernels)
     encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
     merge = int(vlm.config.vision_config.spatial_merge_size) if family.mrope else None
-    prompter = ImagePrompter(processor, int(vlm.config.image_token_id), merge)
+    video_id = getattr(vlm.config, "video_token_id", None) if family.video_join else None
+    prompter = ImagePrompter(
+        processor,
+        int(vlm.config.image_token_id),
+        merge,
+        None if video_id is None else int(video_id),
+    )
     return forward, VisionParts(encoder=encoder, prompter=prompter)
