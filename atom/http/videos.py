@@ -23,6 +23,7 @@ class LoadedVideo:
     frames: tuple[Any, ...]  # PIL images in RGB, in time order
     sha256: str  # of the frames' size and pixels
     seconds: float
+    fps: float  # the frames taken a second (a Qwen2.5-VL video's positions follow it)
     kind: ClassVar[str] = "video"
 
     @property
@@ -63,4 +64,5 @@ def load_video(url: str, param: str, policy: MediaPolicy) -> LoadedVideo:
         frames=tuple(Image.fromarray(image) for image in frames.images),
         sha256=digest.hexdigest(),
         seconds=frames.seconds,
+        fps=frames.fps,
     )

@@ -35,11 +35,11 @@ class Frames:
     images: tuple[np.ndarray, ...]
     times: tuple[float, ...]
     seconds: float
+    fps: float  # the frames sampled a second: `fps`, or fewer over a long video
 
     @property
     def sampled_fps(self) -> float:
-        """Frames kept a second of video (what a model's temporal positions follow)."""
-        return len(self.images) / self.seconds if self.seconds > 0 else 0.0
+        return self.fps
 
 
 def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) -> Frames:
@@ -53,6 +53,7 @@ def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) 
             )
         seconds = _length(container, stream)
         targets = _targets(seconds, fps, max_frames)
+        rate = 1 / (targets[1] - targets[0]) if len(targets) > 1 else fps
         kept: list[tuple[float, np.ndarray]] = []
         last = 0.0  # the time of the last frame decoded
         for at, frame in _decoded(container, stream):
@@ -68,6 +69,7 @@ def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) 
         images=tuple(image for _, image in kept),
         times=tuple(at for at, _ in kept),
         seconds=seconds if seconds > 0 else last,
+        fps=rate,
     )
 
 

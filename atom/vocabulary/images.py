@@ -44,6 +44,7 @@ class PromptImage:
     # (time, height, width) of its tokens, for a model whose rotary positions follow the
     # image's grid (Qwen2-VL); empty for the others
     grid: tuple[int, ...] = ()
+    time_step: float = 1.0  # a video's positions per step of its time grid (Qwen2.5-VL)
 
     @property
     def end(self) -> int:

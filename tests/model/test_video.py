@@ -1,6 +1,7 @@
-"""Video parts on a tiny random Qwen2-VL: a video's patches as Qwen2-VL pairs frames in
-time, and ATOM's engine answering a video prompt as transformers' own `generate` does,
-token for token, beside an image prompt and with chunked prefill splitting the video."""
+"""Video parts on tiny random Qwen2-VL and Qwen2.5-VL models: a video's patches as
+Qwen2-VL pairs frames in time, and ATOM's engine answering a video prompt as
+transformers' own `generate` does, token for token, whole and with chunked prefill
+splitting the video (Qwen2.5-VL's time positions step by its frames' seconds)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,19 @@ from atom.http.videos import LoadedVideo
 from atom.model.loader import load_runtime
 from atom.model.runner import Runtime
 from atom.model.vision.grid_processor import video_patches
+from atom.model.vision.rope import rope_positions
 from atom.text.prompt import VIDEO_PART, TemplateControls, render_chat
 from atom.vocabulary.config import Settings
 from tests.model.tiny import BLOCK, GREEDY, run_all
 from tests.vision_models import picture, tiny_qwen2_vl
 
+FPS = 2.0  # the frames' rate as sampled
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_qwen2_vl(tmp_path_factory.mktemp("qwen2_vl"))
+
+@pytest.fixture(scope="module", params=["2", "2.5"])
+def folder(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    version = str(request.param)
+    return tiny_qwen2_vl(tmp_path_factory.mktemp(f"qwen{version}_vl"), version=version)
 
 
 def test_a_frame_shown_twice_is_the_image_processors_patches(folder: Path) -> None:
@@ -46,7 +51,7 @@ def video_prompt(rt: Runtime, frames: list[Any]) -> tuple[tuple[int, ...], Any]:
     conversation = [{"role": "user", "content": [VIDEO_PART, {"type": "text", "text": "What?"}]}]
     controls = TemplateControls(chat_template=rt.images.chat_template)
     ids = render_chat(rt.tokenizer, conversation, controls=controls)
-    video = LoadedVideo(frames=tuple(frames), sha256="0" * 64, seconds=2.0)
+    video = LoadedVideo(frames=tuple(frames), sha256="0" * 64, seconds=2.0, fps=FPS)
     return rt.images.expand(ids, [video])
 
 
@@ -57,6 +62,8 @@ def reference(folder: Path, prompt: tuple[int, ...], pixels: dict[str, Any]) -> 
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
     ids = torch.tensor([prompt])
     kinds = (ids == model.config.video_token_id).int() * 2  # text 0, image 1, video 2
+    if model.config.model_type == "qwen2_5_vl":  # the seconds each temporal patch spans
+        pixels = {**pixels, "second_per_grid_ts": torch.tensor([2 / FPS])}
     out = model.generate(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
@@ -80,3 +87,28 @@ def test_greedy_output_with_a_video_equals_transformers_generate(folder: Path, b
     want = reference(folder, prompt, dict(video.pixels))
     got, _ = run_all(rt.runner, [prompt], images=[(video,)], budget=budget)
     assert got == [want]
+
+
+def test_a_videos_rotary_positions_are_transformers(folder: Path) -> None:
+    """ATOM's positions for a prompt with a video (atom/model/vision/rope.py) equal the
+    model's own `get_rope_index`: Qwen2.5-VL's time positions step by tokens_per_second
+    times each temporal patch's seconds, Qwen2-VL's by one."""
+    from transformers import AutoModelForImageTextToText
+
+    settings = {"model": (str(folder),), "kv_cache_memory_bytes": 8 << 20, "block_size": BLOCK}
+    rt = load_runtime(Settings(**settings))
+    frames = [picture(s) for s in range(1, 7)]  # three temporal patches
+    prompt, [video] = video_prompt(rt, frames)
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+    extra = {}
+    if model.config.model_type == "qwen2_5_vl":
+        extra["second_per_grid_ts"] = torch.tensor([2 / FPS])
+    want, _ = model.model.get_rope_index(
+        ids,
+        (ids == model.config.video_token_id).int() * 2,
+        video_grid_thw=video.pixels["video_grid_thw"],
+        **extra,
+    )
+    got = rope_positions(0, len(prompt), [video])
+    assert [list(row) for row in got] == want[:, 0].tolist()

@@ -52,6 +52,7 @@ FAMILIES = {
             architecture="Qwen2_5_VLForConditionalGeneration",
             join={"pixel_values": 0, "image_grid_thw": 0},
             mrope=True,
+            video_join={"pixel_values_videos": 0, "video_grid_thw": 0},
         ),
     )
 }

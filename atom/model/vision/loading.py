@@ -69,10 +69,13 @@ def vision_forward(
     encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
     merge = int(vlm.config.vision_config.spatial_merge_size) if family.mrope else None
     video_id = getattr(vlm.config, "video_token_id", None) if family.video_join else None
+    vision = vlm.config.vision_config
+    scale = getattr(vision, "tokens_per_second", None)  # Qwen2.5-VL's
     prompter = ImagePrompter(
         processor,
         int(vlm.config.image_token_id),
         merge,
         None if video_id is None else int(video_id),
+        None if scale is None else float(scale) * int(vision.temporal_patch_size),
     )
     return forward, VisionParts(encoder=encoder, prompter=prompter)

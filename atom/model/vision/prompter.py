@@ -32,10 +32,14 @@ class ImagePrompter:
         image_token_id: int,
         merge: int | None = None,
         video_token_id: int | None = None,
+        video_seconds_scale: float | None = None,
     ) -> None:
         """`merge`: the vision tower's spatial merge, for a model whose rotary positions
         follow each image's grid (PromptImage.grid); None for the others.
-        `video_token_id`: where a video's rows go (None: the model takes no video)."""
+        `video_token_id`: where a video's rows go (None: the model takes no video).
+        `video_seconds_scale`: a video's time positions step by this over its frames a
+        second (Qwen2.5-VL: tokens_per_second x temporal_patch_size); None: by one
+        (Qwen2-VL)."""
         self._processor = processor
         self.tokenizer = processor.tokenizer
         self._placeholder = str(processor.image_token)
@@ -43,6 +47,7 @@ class ImagePrompter:
         self._image_token_id = image_token_id  # where the encoder's rows go
         self._merge = merge
         self.takes_video = video_token_id is not None
+        self._seconds_scale = video_seconds_scale
         self._video_token_id = video_token_id
         video = getattr(processor, "video_token", None)
         self._video_placeholder = str(video) if self.takes_video and video else None
@@ -98,7 +103,11 @@ class ImagePrompter:
             kind=item.kind,
         )
         grid = self._grid(pixels, item.kind)
-        return expansion, PromptImage(ref=ref, positions=positions, pixels=pixels, grid=grid)
+        step = 1.0
+        if item.kind == "video" and self._seconds_scale is not None:
+            step = self._seconds_scale / item.fps
+        image = PromptImage(ref=ref, positions=positions, pixels=pixels, grid=grid, time_step=step)
+        return expansion, image
 
     def _grid(self, pixels: dict[str, Any], kind: str) -> tuple[int, ...]:
         """The image's (or video's) tokens as (time, height, width), for grid-following

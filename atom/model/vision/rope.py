@@ -33,7 +33,7 @@ def rope_positions(
         for q in range(max(first, start), min(end, stop)):
             t, rest = divmod(q - first, height * width)
             h, w = divmod(rest, width)
-            rows[0].append(base + t)
+            rows[0].append(base + int(t * image.time_step))
             rows[1].append(base + h)
             rows[2].append(base + w)
         shift += max(height, width) - (end - first)
