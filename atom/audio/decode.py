@@ -16,12 +16,13 @@ file's whole audio.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import av
 import numpy as np
+
+from atom.audio.containers import first_stream, reason, stated_seconds
 
 SAMPLE_RATE = 16_000
 # A file whose own header promises this much more audio than it holds was cut short.
@@ -60,7 +61,7 @@ def audio_windows(
     container, stream = _opened(data)
     total = 0
     with container:
-        header = _promised_seconds(container, stream)
+        header = stated_seconds(container, stream)
         if header is not None and header > max_seconds:  # refused before decoding
             said = f"its header says {header:.0f} s"
             raise AudioTooLong(f"the audio is longer than {max_seconds:g} s, the limit ({said})")
@@ -68,7 +69,7 @@ def audio_windows(
         for window in _cut(parts, int(window_seconds * SAMPLE_RATE)):
             total += len(window)
             yield window
-        promised = _promised_seconds(container, stream)
+        promised = stated_seconds(container, stream)
     if not total:
         raise AudioError("the file holds no audio samples")
     if promised is not None and promised - total / SAMPLE_RATE > TRUNCATED_SECONDS:
@@ -80,18 +81,9 @@ def audio_windows(
 
 def _opened(data: bytes) -> tuple[av.container.InputContainer, av.audio.stream.AudioStream]:
     """The file opened, and its first audio stream; AudioError when it has none."""
-    if not data:
-        raise AudioError("the file is empty")
-    _check_wav_length(data)
-    try:
-        container = av.open(io.BytesIO(data), mode="r")
-    except (av.error.FFmpegError, ValueError) as e:
-        raise AudioError(f"not an audio file FFmpeg reads ({_reason(e)})") from None
-    stream = next(iter(container.streams.audio), None)
-    if stream is None:
-        container.close()
-        raise AudioError("the file holds no audio stream")
-    return container, stream
+    if data:
+        _check_wav_length(data)
+    return first_stream(data, "audio", AudioError)
 
 
 def _within(parts: Iterator[np.ndarray], max_seconds: float) -> Iterator[np.ndarray]:
@@ -134,18 +126,7 @@ def _resampled(
         for part in resampler.resample(None):
             yield part.to_ndarray().reshape(-1)
     except av.error.FFmpegError as e:
-        raise AudioError(f"the audio is damaged ({_reason(e)})") from None
-
-
-def _promised_seconds(
-    container: av.container.InputContainer, stream: av.audio.stream.AudioStream
-) -> float | None:
-    """How long the file says it is (its stream's or container's own header), if it says."""
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / av.time_base
-    return None
+        raise AudioError(f"the audio is damaged ({reason(e)})") from None
 
 
 def _check_wav_length(data: bytes) -> None:
@@ -165,7 +146,3 @@ def _check_wav_length(data: bytes) -> None:
                 )
             return
         at += 8 + size + size % 2  # chunks are padded to an even size
-
-
-def _reason(error: Exception) -> str:
-    return str(getattr(error, "strerror", None) or error)

@@ -15,12 +15,13 @@ breaks off before its first frame.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import av
 import numpy as np
+
+from atom.audio.containers import first_stream, reason, stated_seconds
 
 
 class VideoError(ValueError):
@@ -44,14 +45,14 @@ class Frames:
 
 def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) -> Frames:
     """The video's frames at `fps`, at most `max_frames` of them (module docstring)."""
-    container, stream = _opened(data)
+    container, stream = first_stream(data, "video", VideoError)
     with container:
         width, height = stream.codec_context.width, stream.codec_context.height
         if width * height > max_pixels:
             raise VideoError(
                 f"the video's frames have {width}x{height} pixels, more than {max_pixels}"
             )
-        seconds = _length(container, stream)
+        seconds = stated_seconds(container, stream) or 0.0
         targets = _targets(seconds, fps, max_frames)
         rate = 1 / (targets[1] - targets[0]) if len(targets) > 1 else fps
         kept: list[tuple[float, np.ndarray]] = []
@@ -73,29 +74,6 @@ def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) 
     )
 
 
-def _opened(data: bytes) -> tuple[av.container.InputContainer, av.video.stream.VideoStream]:
-    if not data:
-        raise VideoError("the file is empty")
-    try:
-        container = av.open(io.BytesIO(data), mode="r")
-    except (av.error.FFmpegError, ValueError) as e:
-        raise VideoError(f"not a video file FFmpeg reads ({_reason(e)})") from None
-    stream = next(iter(container.streams.video), None)
-    if stream is None:
-        container.close()
-        raise VideoError("the file holds no video stream")
-    return container, stream
-
-
-def _length(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> float:
-    """How long the file says its video is (0 when it does not say)."""
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / av.time_base
-    return 0.0
-
-
 def _targets(seconds: float, fps: float, max_frames: int) -> list[float]:
     """The times to take frames at: every 1/fps seconds, or `max_frames` spread evenly
     when that would be more (a length of 0, unknown: every 1/fps up to max_frames)."""
@@ -115,8 +93,4 @@ def _decoded(
             if frame.time is not None:
                 yield float(frame.time), frame
     except av.error.FFmpegError as e:
-        raise VideoError(f"the video is damaged ({_reason(e)})") from None
-
-
-def _reason(error: Exception) -> str:
-    return str(getattr(error, "strerror", None) or error)
+        raise VideoError(f"the video is damaged ({reason(e)})") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 import tempfile
 import wave
@@ -10,10 +11,17 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pytest
 
 from atom.audio.decode import SAMPLE_RATE, decode_audio
+from atom.model.catalog import is_installed
 
 TONE_HZ = 440.0
+# The tests that hear speech: espeak-ng speaks it, the packaged Whisper base hears it.
+NEEDS_SPEECH = pytest.mark.skipif(
+    shutil.which("espeak-ng") is None or not is_installed("whisper-base"),
+    reason="needs espeak-ng and the Whisper packages (make test installs them)",
+)
 
 # (container, codec, sample rate): what the transcription routes take
 FORMATS = [

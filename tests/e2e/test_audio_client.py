@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,18 +15,11 @@ import pytest
 
 from atom.log.codec import read_log
 from atom.log.replay import project
-from atom.model.catalog import is_installed
 from atom.vocabulary.events import WindowTranscribed
-from tests.audio.media import silent_flac, silent_video, spaced, spoken_wav, wav_of
+from tests.audio.media import NEEDS_SPEECH, silent_flac, silent_video, spaced, spoken_wav, wav_of
 from tests.e2e.conftest import Server
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("espeak-ng") is None or not is_installed("whisper-base"),
-        reason="needs espeak-ng and the Whisper packages (make test installs them)",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_SPEECH]
 
 MODEL = "whisper-base"
 FOX = "The quick brown fox jumps over the lazy dog."

@@ -4,7 +4,6 @@ fake capture device playing a spoken WAV file), each transcribed into the prompt
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,18 +12,11 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from atom.model.catalog import is_installed
-from tests.audio.media import spoken_wav
+from tests.audio.media import NEEDS_SPEECH, spoken_wav
 from tests.e2e.browser import chromium, wait_for
 from tests.e2e.conftest import Server
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("espeak-ng") is None or not is_installed("whisper-base"),
-        reason="needs espeak-ng and the Whisper packages (make test installs them)",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_SPEECH]
 
 SAID = "The quick brown fox jumps over the lazy dog."
 
