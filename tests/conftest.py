@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,8 +26,10 @@ from atom.model.heap import thaw_heap
 from atom.model.loader import load_tokenizer
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
+from atom.model.whisper.batch import WindowBatch
 from atom.model.whisper.package import transformers_folder
 from atom.model.whisper.runtime import WhisperRuntime, whisper_runtime
+from atom.model.whisper.slots import WhisperSlots
 from atom.vocabulary.config import Settings
 from atom.vocabulary.events import ClientDisconnected, EngineStepped, Envelope, RequestReleased
 
@@ -97,7 +100,15 @@ def bert_tokenizer() -> Any:
 
 def fake_speech_runtime(cache_dir: str) -> WhisperRuntime:
     """A Whisper of random weights, a few kilobytes a layer, with Whisper base's real
-    tokenizer and special tokens (the packaged model's folder, converted once)."""
+    tokenizer and special tokens (the packaged model's folder, converted once): its
+    weights and tokenizer made once a session, its slots fresh for each server."""
+    made = _speech_template(cache_dir)
+    slots = WhisperSlots(made.batch.slots.model, num_slots=made.batch.slots.num_slots)
+    return dataclasses.replace(made, batch=WindowBatch(slots, made.batch.aligner))
+
+
+@functools.cache
+def _speech_template(cache_dir: str) -> WhisperRuntime:
     folder = transformers_folder(cache_dir)
     config = WhisperConfig.from_pretrained(folder)
     for name in ("encoder_layers", "decoder_layers"):
