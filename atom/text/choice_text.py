@@ -27,6 +27,7 @@ class ChoiceUpdate:
     logprobs: tuple[TokenText, ...] | None = None
     num_tokens: int = 0  # of the tokens fed, how many the choice took (a stop string's
     # token ends it: the ones after it in the same step are dropped)
+    pieces: tuple[str, ...] = ()  # the text each taken token gave, in order (`text` joined)
 
 
 class ChoiceText:
@@ -59,16 +60,19 @@ class ChoiceText:
         """One step's tokens, taken one at a time as steps of one token would be, so a
         stop string ends the choice at the token that completed it: tokens after it in
         the same step (accepted drafts) give no text and no logprobs and are not counted."""
-        text, entries = "", list[TokenText]()
+        pieces, entries = list[str](), list[TokenText]()
         for i, token in enumerate(token_ids):
             last = i == len(token_ids) - 1
             one = None if logprobs is None else (logprobs[i],)
             update = self._push((token,), finish_reason if last else None, one)
-            text, entries = text + update.text, entries + list(update.logprobs or ())
+            pieces.append(update.text)
+            entries += list(update.logprobs or ())
             if update.finish_reason is not None or last:
                 return ChoiceUpdate(
-                    text=text, finish_reason=update.finish_reason, stop_string=update.stop_string,
+                    text="".join(pieces), finish_reason=update.finish_reason,
+                    stop_string=update.stop_string,
                     logprobs=None if logprobs is None else tuple(entries), num_tokens=i + 1,
+                    pieces=tuple(pieces),
                 )  # fmt: skip
         return self._push((), finish_reason, logprobs)
 

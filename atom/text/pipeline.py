@@ -118,11 +118,13 @@ class ChoicePipeline:
             events += self._prompt_events(sampled)
         update = self._text.feed(sampled.token_ids, sampled.finish_reason, sampled.logprobs)
         taken = sampled.token_ids[: update.num_tokens]
-        if self._reasoning is not None and self._reasoning.is_reasoning:
-            self._num_reasoning_tokens += len(taken)
         token_ids = taken if self._setup.report_token_ids else ()
         events += self._split(
-            update.text, update.logprobs, token_ids, is_last=update.finish_reason is not None
+            update.text,
+            update.logprobs,
+            token_ids,
+            is_last=update.finish_reason is not None,
+            pieces=update.pieces,
         )
         if update.finish_reason is not None:
             self._stop_string = update.stop_string
@@ -136,12 +138,16 @@ class ChoicePipeline:
         token_ids: tuple[int, ...],
         *,
         is_last: bool,
+        pieces: tuple[str, ...] = (),
     ) -> list[Event]:
-        """Text → reasoning and content → content and tool calls, as events."""
+        """Text → reasoning and content → content and tool calls, as events. `pieces`:
+        each token's part of `text`, fed to the reasoning parser one by one, so a token
+        counts as reasoning however the steps' tokens were gathered into feeds (no pieces:
+        text no token gave, such as the detokenizer's last bytes, counted as no token)."""
         events: list[Event] = []
         content = text
         if self._reasoning is not None:
-            reasoning, content = self._reasoning.feed(text)
+            reasoning, content = self._reasoned(pieces) if pieces else self._reasoning.feed(text)
             if is_last:
                 more_reasoning, more_content = self._reasoning.flush()
                 reasoning, content = reasoning + more_reasoning, content + more_content
@@ -158,6 +164,19 @@ class ChoicePipeline:
             events.append(delta)
         events += [self._tool_event(d) for d in deltas if not isinstance(d, ContentDelta)]
         return events
+
+    def _reasoned(self, pieces: tuple[str, ...]) -> tuple[str, str]:
+        """Each token's text through the reasoning parser: the reasoning and the content
+        they give; a token counts as reasoning when the text before it ends inside the
+        reasoning section."""
+        assert self._reasoning is not None
+        reasoning, content = "", ""
+        for piece in pieces:
+            if self._reasoning.is_reasoning:
+                self._num_reasoning_tokens += 1
+            more_reasoning, more_content = self._reasoning.feed(piece)
+            reasoning, content = reasoning + more_reasoning, content + more_content
+        return reasoning, content
 
     def _tool_event(self, delta: ToolDelta) -> Event:
         if isinstance(delta, ToolCallStart):

@@ -118,6 +118,24 @@ async def test_include_reasoning_false_leaves_the_reasoning_out_of_the_answer(
     assert details == kept.json()["usage"]["completion_tokens_details"]  # still counted
 
 
+async def test_reasoning_tokens_count_the_same_however_tokens_are_gathered(
+    tokenizer: Any,
+) -> None:
+    """A token counts as reasoning when the text before it ends inside the reasoning,
+    whether it reached the pipeline alone or with others (--stream-interval gathers
+    five; a request that falls behind the model gathers any number)."""
+    reply = "<think>let me see</think>Paris"
+    counted = []
+    for interval in (1, 5):
+        served = app(tokenizer, reply=reply, reasoning_parser="qwen3", stream_interval=interval)
+        [answer] = await post_all(served, {"messages": TURN, "stream": True,
+                                           "stream_options": {"include_usage": True}})  # fmt: skip
+        usage = [json.loads(line[6:]) for line in answer.text.splitlines() if '"usage":{' in line]
+        counted.append(usage[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"])
+    think = tokenizer.encode("<think>let me see</think>", add_special_tokens=False)
+    assert counted[0] == counted[1] and 0 < counted[0] <= len(think)
+
+
 async def test_return_token_ids_gives_the_prompt_and_every_sampled_token(tokenizer: Any) -> None:
     served = app(tokenizer, reply="Paris, France")
     reply_ids = [*tokenizer.encode("Paris, France", add_special_tokens=False)]
