@@ -124,7 +124,7 @@ def _plan(
             param="language",
         )
     words = "word" in form.timestamp_granularities
-    if words and core.runtime.batch.aligner is None:
+    if words and not core.runtime.times_words:
         raise InvalidRequest(
             "this model names no alignment heads: it cannot time words",
             param="timestamp_granularities",

@@ -48,6 +48,11 @@ class WhisperRuntime:
     def max_tokens(self) -> int:
         return self.batch.slots.max_tokens
 
+    @property
+    def times_words(self) -> bool:
+        """The model names alignment heads: its windows can find their words' times."""
+        return self.batch.aligner is not None
+
     def start(self, windows: list[WindowDecode], audio: list[np.ndarray]) -> None:
         """Encode windows of audio (16 kHz mono, at most 30 s each) into free slots."""
         found = self.extractor(audio, sampling_rate=self.sample_rate, return_tensors="pt")
