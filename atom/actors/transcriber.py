@@ -93,9 +93,8 @@ class _Job:
 class _Running:
     job: _Job
     index: int
-    window: WindowDecode
+    window: WindowDecode  # its `seconds`: the window's length
     start: float  # seconds into the audio
-    seconds: float
 
 
 class Transcriber:
@@ -210,7 +209,7 @@ class Transcriber:
                 continue
             start, job.num_samples = job.num_samples / rate, job.num_samples + len(audio)
             window = job.next_window(self._runtime, len(audio) / rate)
-            pulled.append(_Running(job, job.next_index, window, start, len(audio) / rate))
+            pulled.append(_Running(job, job.next_index, window, start))
             audio_of.append(audio)
         started = [run for run in pulled if isinstance(run, _Running)]
         if started:
@@ -239,7 +238,7 @@ class Transcriber:
             WindowDone(
                 run.index,
                 run.start,
-                run.seconds,
+                window.seconds,
                 window.language,
                 generated,
                 window.avg_logprob,

@@ -38,10 +38,6 @@ class Frames:
     seconds: float
     fps: float  # the frames sampled a second: `fps`, or fewer over a long video
 
-    @property
-    def sampled_fps(self) -> float:
-        return self.fps
-
 
 def sample_frames(data: bytes, *, fps: float, max_frames: int, max_pixels: int) -> Frames:
     """The video's frames at `fps`, at most `max_frames` of them (module docstring)."""

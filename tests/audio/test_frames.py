@@ -22,7 +22,7 @@ def test_frames_are_taken_at_fps_and_spread_over_a_long_video() -> None:
     frames = sample_frames(data, fps=2.0, max_frames=32, **LIMITS)
     assert shown(frames.images) == [0, 5, 10, 15, 20, 25]
     assert frames.times == pytest.approx((0.0, 0.5, 1.0, 1.5, 2.0, 2.5))
-    assert frames.seconds == pytest.approx(3.0) and frames.sampled_fps == pytest.approx(2.0)
+    assert frames.seconds == pytest.approx(3.0) and frames.fps == pytest.approx(2.0)
     assert frames.images[0].shape == (32, 32, 3)
     spread = sample_frames(data, fps=2.0, max_frames=4, **LIMITS)  # 6 would be too many
     assert shown(spread.images) == [0, 8, 15, 23]  # at 0, 0.75, 1.5, 2.25 s
