@@ -166,7 +166,7 @@ def test_words_become_enums_and_json_its_records_when_the_settings_are_made() ->
         ("tool_call_parser", "hermez", "expected hermes, qwen,"),
         ("speculative_config", '{"method": "magic"}', "method must be one of"),
         ("default_chat_template_kwargs", "[1]", "expected a JSON object"),
-        ("limit_mm_per_prompt", '{"audio": 1}', "only images and videos are served"),
+        ("limit_mm_per_prompt", '{"vision": 1}', "only images, videos and audio are served"),
         ("media_io_kwargs", '{"video": {"fps": 0}}', "video fps must be a number in (0, 60]"),
         ("media_io_kwargs", '{"video": {"frames": 8}}', 'expected {"video": {"fps"'),
         ("lora_modules", "just-a-name", "expected name=path"),

@@ -20,7 +20,7 @@ TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>"
-    "{% elif part['type'] == 'video' %}<video>"
+    "{% elif part['type'] == 'video' %}<video>{% elif part['type'] == 'audio' %}<audio>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

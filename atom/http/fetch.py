@@ -22,7 +22,7 @@ import httpx
 import trio
 from trio.lowlevel import RunVar
 
-from atom.http.media import FETCHED, FetchFirst, MediaPolicy, WebImage
+from atom.http.media import FETCHED, FetchFirst, MediaPolicy, WebMedia
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 
@@ -39,13 +39,13 @@ async def plan_off_loop(settings: Settings, plan: Callable[..., T], *args: objec
         try:
             return await trio.to_thread.run_sync(plan, *args)
         except FetchFirst as needed:
-            fetched |= await fetch_images(needed.images, MediaPolicy.of(settings))
+            fetched |= await fetch_media(needed.images, MediaPolicy.of(settings))
         finally:
             FETCHED.reset(token)
     raise RuntimeError("planning asked again for images it was given")
 
 
-async def fetch_images(images: tuple[WebImage, ...], policy: MediaPolicy) -> dict[str, bytes]:
+async def fetch_media(images: tuple[WebMedia, ...], policy: MediaPolicy) -> dict[str, bytes]:
     """Each image's bytes, within one deadline for them all; InvalidRequest naming the
     image's field when one cannot be had."""
     fetched: dict[str, bytes] = {}
@@ -59,30 +59,33 @@ async def fetch_images(images: tuple[WebImage, ...], policy: MediaPolicy) -> dic
                         fetched[current.url] = await _fetch(client, current, policy)
     if deadline.cancelled_caught:
         raise InvalidRequest(
-            f"{current.param}: fetching the image took more than {policy.fetch_timeout_s:g} s "
-            "(--media-fetch-timeout)",
+            f"{current.param}: fetching the {current.kind} took more than "
+            f"{policy.fetch_timeout_s:g} s (--media-fetch-timeout)",
             param=current.param,
         )
     return fetched
 
 
-async def _fetch(client: httpx.AsyncClient, image: WebImage, policy: MediaPolicy) -> bytes:
+async def _fetch(client: httpx.AsyncClient, image: WebMedia, policy: MediaPolicy) -> bytes:
     param, chunks, size = image.param, list[bytes](), 0
     try:
         async with client.stream("GET", image.url) as response:
             if response.status_code != 200:
                 raise InvalidRequest(
-                    f"{param}: fetching the image got HTTP {response.status_code}", param=param
+                    f"{param}: fetching the {image.kind} got HTTP {response.status_code}",
+                    param=param,
                 )
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > policy.max_bytes:
                     raise InvalidRequest(
-                        f"{param}: the image is over {policy.max_bytes} bytes", param=param
+                        f"{param}: the {image.kind} is over {policy.max_bytes} bytes", param=param
                     )
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
-        raise InvalidRequest(f"{param}: could not fetch the image: {exc}", param=param) from None
+        raise InvalidRequest(
+            f"{param}: could not fetch the {image.kind}: {exc}", param=param
+        ) from None
     return b"".join(chunks)
 
 

@@ -1,7 +1,8 @@
-"""A conversation's prompt when its messages hold images: the images read within the
-media policy (atom/http/media.py), the chat rendered by the model's processor template,
-each image's placeholder expanded (atom/model/vision/prompter.py). Every endpoint that
-takes images (chat, Responses, Messages) plans through here."""
+"""A conversation's prompt when its messages hold images (or videos, audio clips): each
+part read within the media policy (atom/http/media.py, videos.py, audio_parts.py), the
+chat rendered by the model's processor template, each part's placeholder expanded
+(atom/model/vision/prompter.py). Every endpoint that takes images (chat, Responses,
+Messages) plans through here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from atom.actors.cores import EngineCore
-from atom.http.media import FetchFirst, MediaPolicy, load_image, web_images_to_fetch
+from atom.http.audio_parts import load_audio
+from atom.http.media import FetchFirst, MediaPolicy, load_image, web_media_to_fetch
 from atom.http.videos import load_video
 from atom.model.vision.prompter import ImagePrompter, ImageRefused
 from atom.text.prompt import TemplateControls, render_chat
@@ -26,7 +28,7 @@ class ImageSource:
 
     url: str
     param: str
-    kind: str = "image"  # or "video"
+    kind: str = "image"  # or "video", "audio"
 
 
 def image_prompt(
@@ -43,15 +45,10 @@ def image_prompt(
     each of `sources` goes. 400s name the field: a text-only model, too many images, an
     image the policy refuses or that does not decode, a template that drops images."""
     prompter = _prompter(core, policy, sources)
-    to_fetch = web_images_to_fetch([(s.url, s.param) for s in sources if s.kind == "image"], policy)
+    to_fetch = web_media_to_fetch([(s.url, s.param, s.kind) for s in sources], policy)
     if to_fetch:  # before anything is read or rendered: atom/http/fetch.py
         raise FetchFirst(to_fetch)
-    loaded = [
-        load_video(s.url, s.param, policy)
-        if s.kind == "video"
-        else load_image(s.url, s.param, policy)
-        for s in sources
-    ]
+    loaded = [_load(s, policy, prompter) for s in sources]
     if controls.chat_template is None and prompter.chat_template:
         controls = dataclasses.replace(controls, chat_template=prompter.chat_template)
     try:
@@ -70,6 +67,17 @@ def image_prompt(
         raise InvalidRequest(str(exc), param="messages") from None
 
 
+def _load(source: ImageSource, policy: MediaPolicy, prompter: ImagePrompter) -> Any:
+    """The part `source` names, read and decoded (a clip at most as long as the model
+    hears and --max-audio-seconds allows)."""
+    if source.kind == "video":
+        return load_video(source.url, source.param, policy)
+    if source.kind == "audio":
+        longest = min(policy.max_audio_seconds, prompter.max_audio_seconds or float("inf"))
+        return load_audio(source.url, source.param, policy, max_seconds=longest)
+    return load_image(source.url, source.param, policy)
+
+
 def _prompter(
     core: EngineCore, policy: MediaPolicy, sources: Sequence[ImageSource]
 ) -> ImagePrompter:
@@ -77,21 +85,22 @@ def _prompter(
     if core.images is None:
         param = sources[0].param
         raise InvalidRequest(
-            f"{param}: this model takes text only; image parts need a vision model", param=param
+            f"{param}: this model takes text only; {sources[0].kind} parts need a multimodal model",
+            param=param,
         )
-    for kind in ("image", "video"):
+    for kind in ("image", "video", "audio"):
         limit = getattr(policy.limits, kind)
         of_kind = [s for s in sources if s.kind == kind]
+        if of_kind and not core.images.takes(kind):
+            param = of_kind[0].param
+            raise InvalidRequest(f"{param}: this model takes no {kind} parts", param=param)
         if len(of_kind) > limit:
             param = of_kind[limit].param
+            noun = "audio clips" if kind == "audio" else f"{kind}s"
             raise InvalidRequest(
-                f"{param}: a prompt may hold at most {limit} {kind}s (--limit-mm-per-prompt)",
+                f"{param}: a prompt may hold at most {limit} {noun} (--limit-mm-per-prompt)",
                 param=param,
             )
-    videos = [s for s in sources if s.kind == "video"]
-    if videos and not core.images.takes_video:
-        param = videos[0].param
-        raise InvalidRequest(f"{param}: this model takes no video parts", param=param)
     return core.images
 
 

@@ -1,5 +1,6 @@
-"""Images a request points at: `data:` URLs, local files and web addresses, each within
-the server's media policy, decoded to RGB. Runs in the request's planning thread (off
+"""Images a request points at (and the bytes of its videos and audio clips): `data:`
+URLs, local files and web addresses, each within the server's media policy; images
+decoded to RGB here. Runs in the request's planning thread (off
 the event loop). Every refusal is a 400 naming the request field that held the image.
 
 - `data:image/png|jpeg|webp|gif;base64,...`: always accepted (a GIF gives its first frame);
@@ -38,16 +39,18 @@ WEB_SCHEMES = ("http", "https")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WebImage:
+class WebMedia:
     url: str
     param: str  # the request field that holds it
+    kind: str = "image"  # or "video", "audio": how errors name it
 
 
 class FetchFirst(Exception):
-    """Planning needs these web images: fetch them in Trio and plan again."""
+    """Planning needs these web images (or videos, audio clips): fetch them in Trio and
+    plan again."""
 
-    def __init__(self, images: tuple[WebImage, ...]) -> None:
-        super().__init__(f"{len(images)} web images to fetch")
+    def __init__(self, images: tuple[WebMedia, ...]) -> None:
+        super().__init__(f"{len(images)} web media files to fetch")
         self.images = images
 
 
@@ -68,6 +71,7 @@ class MediaPolicy:
     max_pixels: int = 4096 * 4096
     limits: MediaLimits = field(default_factory=MediaLimits)  # --limit-mm-per-prompt
     video: VideoSampling = field(default_factory=VideoSampling)  # --media-io-kwargs
+    max_audio_seconds: float = 3600.0  # --max-audio-seconds
 
     @classmethod
     @functools.cache
@@ -82,6 +86,7 @@ class MediaPolicy:
             max_pixels=settings.max_image_pixels,
             limits=settings.media_limits,
             video=settings.video,
+            max_audio_seconds=settings.max_audio_seconds,
         )
 
 
@@ -96,6 +101,11 @@ class LoadedImage:
         width, height = self.image.size
         return int(width), int(height)
 
+    @property
+    def content(self) -> Any:
+        """What the model's processor takes: the image."""
+        return self.image
+
 
 def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
     """The image `url` names, decoded; InvalidRequest naming `param` when the policy
@@ -106,7 +116,7 @@ def load_image(url: str, param: str, policy: MediaPolicy) -> LoadedImage:
     elif scheme == "file":
         raw = file_bytes(url, param, policy)
     elif scheme in WEB_SCHEMES:
-        raw = _from_web(url, param, policy)
+        raw = web_bytes(url, param, policy)
     else:
         raise InvalidRequest(
             f"{param}: an image URL must be a data:, file: or http(s): URL", param=param
@@ -123,6 +133,27 @@ def _from_data_url(url: str, param: str, policy: MediaPolicy) -> bytes:
             param=param,
         )
     return data_url_bytes(url, param, policy)
+
+
+def media_bytes(url: str, param: str, policy: MediaPolicy, kind: str) -> bytes:
+    """The bytes of a video or audio clip (`kind`) a `data:video|audio/...`, `file:` or
+    web URL names, within the policy; InvalidRequest naming `param` otherwise."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "data":
+        media_type = url[5:].partition(",")[0].split(";")[0].strip().lower()
+        if not media_type.startswith(f"{kind}/"):
+            raise InvalidRequest(
+                f"{param}: media type {media_type or '(none)'!r} is not {kind}",
+                param=param,
+            )
+        return data_url_bytes(url, param, policy)
+    if scheme == "file":
+        return file_bytes(url, param, policy)
+    if scheme in WEB_SCHEMES:
+        return web_bytes(url, param, policy, kind)
+    raise InvalidRequest(
+        f"{param}: a {kind} URL must be a data:, file: or http(s): URL", param=param
+    )
 
 
 def data_url_bytes(url: str, param: str, policy: MediaPolicy) -> bytes:
@@ -176,22 +207,23 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
         return f.read(limit)
 
 
-def web_images_to_fetch(
-    urls: Sequence[tuple[str, str]], policy: MediaPolicy
-) -> tuple[WebImage, ...]:
-    """The web images among `(url, param)` that the policy allows and this planning has
-    not been given yet (InvalidRequest for one it refuses)."""
+def web_media_to_fetch(
+    urls: Sequence[tuple[str, str, str]], policy: MediaPolicy
+) -> tuple[WebMedia, ...]:
+    """The web media among `(url, param, kind)` that the policy allows and this planning
+    has not been given yet (InvalidRequest for one it refuses)."""
     missing = []
-    for url, param in urls:
+    for url, param, kind in urls:
         if urlsplit(url).scheme.lower() in WEB_SCHEMES:
             _check_host(url, param, policy)
             if url not in FETCHED.get():
-                missing.append(WebImage(url=url, param=param))
+                missing.append(WebMedia(url=url, param=param, kind=kind))
     return tuple(missing)
 
 
-def _from_web(url: str, param: str, policy: MediaPolicy) -> bytes:
-    missing = web_images_to_fetch([(url, param)], policy)
+def web_bytes(url: str, param: str, policy: MediaPolicy, kind: str = "image") -> bytes:
+    """A web URL's bytes, fetched in Trio before planning (FetchFirst asks for them)."""
+    missing = web_media_to_fetch([(url, param, kind)], policy)
     if missing:
         raise FetchFirst(missing)
     return FETCHED.get()[url]
@@ -201,7 +233,7 @@ def _check_host(url: str, param: str, policy: MediaPolicy) -> None:
     host = (urlsplit(url).hostname or "").lower()
     if "*" not in policy.domains and host not in policy.domains:
         raise InvalidRequest(
-            f"{param}: fetching images from {host or 'this URL'} is not allowed "
+            f"{param}: fetching media from {host or 'this URL'} is not allowed "
             "(--allowed-media-domains)",
             param=param,
         )

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from atom.text.prompt import IMAGE_PART, VIDEO_PART
+from atom.text.prompt import AUDIO_PART, IMAGE_PART, VIDEO_PART
 
 # Fields OpenAI clients send routinely that do not change generation: accepted, ignored.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
@@ -67,7 +67,48 @@ class VideoPart(_Body):
     video_url: VideoUrl
 
 
-ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+class InputAudio(_Body):
+    data: str  # base64 of the file
+    # OpenAI's two, and the other containers ATOM decodes (atom/audio/decode.py)
+    format: Literal["wav", "mp3", "flac", "ogg", "webm", "m4a"]
+
+    def data_url(self) -> str:
+        """The clip as a data: URL, as an `audio_url` part would give it."""
+        return f"data:audio/{self.format};base64,{self.data}"
+
+
+class InputAudioPart(_Body):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+class AudioUrl(_Body):
+    url: str
+
+
+class AudioUrlPart(_Body):
+    type: Literal["audio_url"]
+    audio_url: AudioUrl
+
+
+MediaPart = ImagePart | VideoPart | InputAudioPart | AudioUrlPart
+ContentPart = Annotated[TextPart | MediaPart, Field(discriminator="type")]
+MEDIA_KINDS: dict[type[_Body], str] = {
+    ImagePart: "image",
+    VideoPart: "video",
+    InputAudioPart: "audio",
+    AudioUrlPart: "audio",
+}
+
+
+def _media_url(part: MediaPart) -> str:
+    if isinstance(part, ImagePart):
+        return part.image_url.url
+    if isinstance(part, VideoPart):
+        return part.video_url.url
+    if isinstance(part, InputAudioPart):
+        return part.input_audio.data_url()
+    return part.audio_url.url
 
 
 class FunctionCall(_Body):
@@ -81,13 +122,14 @@ class ToolCallIn(_Body):
     function: FunctionCall
 
 
-def _template_part(part: TextPart | ImagePart | VideoPart) -> dict[str, Any]:
-    """A content part as a vision model's chat template takes it."""
-    if isinstance(part, ImagePart):
-        return IMAGE_PART
-    if isinstance(part, VideoPart):
-        return VIDEO_PART
-    return {"type": "text", "text": part.text}
+_TEMPLATE_PARTS = {"image": IMAGE_PART, "video": VIDEO_PART, "audio": AUDIO_PART}
+
+
+def _template_part(part: TextPart | MediaPart) -> dict[str, Any]:
+    """A content part as a multimodal model's chat template takes it."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return _TEMPLATE_PARTS[MEDIA_KINDS[type(part)]]
 
 
 class ChatMessage(_Body):
@@ -98,14 +140,13 @@ class ChatMessage(_Body):
     tool_call_id: str | None = None
 
     def media_urls(self) -> list[tuple[int, str, str]]:
-        """(part index, URL, "image" or "video") of each image and video part, in order."""
+        """(part index, URL, "image", "video" or "audio") of each media part, in order
+        (an `input_audio` part's clip as a data: URL)."""
         parts = self.content if isinstance(self.content, list) else []
         return [
-            (i, p.image_url.url, "image")
-            if isinstance(p, ImagePart)
-            else (i, p.video_url.url, "video")
+            (i, _media_url(p), MEDIA_KINDS[type(p)])
             for i, p in enumerate(parts)
-            if isinstance(p, ImagePart | VideoPart)
+            if not isinstance(p, TextPart)
         ]
 
     def as_template_message(self, *, parts: bool = False) -> dict[str, Any]:

@@ -1,9 +1,8 @@
-"""Videos a chat message points at (`video_url` parts): `data:video/...;base64,` URLs
-and `file://` paths under `--allowed-local-media-path`, within the media policy
-(atom/http/media.py), their frames sampled as `--media-io-kwargs` says
-(atom/video/frames.py). Runs in the request's planning thread; every refusal is a 400
-naming the field that held the video. Web addresses are refused: a video is large, and
-fetching one is for a later change.
+"""Videos a chat message points at (`video_url` parts): `data:video/...;base64,` URLs,
+`file://` paths under `--allowed-local-media-path` and web addresses from
+`--allowed-media-domains`, within the media policy (atom/http/media.py), their frames
+sampled as `--media-io-kwargs` says (atom/video/frames.py). Runs in the request's
+planning thread; every refusal is a 400 naming the field that held the video.
 """
 
 from __future__ import annotations
@@ -11,9 +10,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
-from atom.http.media import MediaPolicy, data_url_bytes, file_bytes
+from atom.http.media import MediaPolicy, media_bytes
 from atom.video.frames import VideoError, sample_frames
 from atom.vocabulary.errors import InvalidRequest
 
@@ -31,24 +29,18 @@ class LoadedVideo:
         width, height = self.frames[0].size
         return int(width), int(height)
 
+    @property
+    def content(self) -> Any:
+        """What the model's processor takes: the frames."""
+        return self.frames
+
 
 def load_video(url: str, param: str, policy: MediaPolicy) -> LoadedVideo:
     """The frames of the video `url` names; InvalidRequest naming `param` when the policy
     refuses it or it is no video FFmpeg reads."""
     from PIL import Image
 
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "data":
-        media_type = url[5:].partition(",")[0].split(";")[0].strip().lower()
-        if not media_type.startswith("video/"):
-            raise InvalidRequest(
-                f"{param}: media type {media_type or '(none)'!r} is not a video type", param=param
-            )
-        raw = data_url_bytes(url, param, policy)
-    elif scheme == "file":
-        raw = file_bytes(url, param, policy)
-    else:
-        raise InvalidRequest(f"{param}: a video URL must be a data: or file: URL", param=param)
+    raw = media_bytes(url, param, policy, "video")
     sampling = policy.video
     try:
         frames = sample_frames(

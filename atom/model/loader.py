@@ -176,7 +176,7 @@ def load_runtime(
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
-        **({"vision": "on"} if built.vision else {}),
+        **({"media": ",".join(built.vision.prompter.kinds)} if built.vision else {}),
         **({"tensor_parallel_size": str(world)} if split else {}),
     }
     log.info("model_loaded", **description)

@@ -8,6 +8,7 @@ from typing import Any
 
 IMAGE_PART = {"type": "image"}  # an image's place in a template message's content list
 VIDEO_PART = {"type": "video"}  # and a video's
+AUDIO_PART = {"type": "audio"}  # and an audio clip's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

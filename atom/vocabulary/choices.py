@@ -140,14 +140,16 @@ def lora_modules(entries: tuple[str, ...]) -> tuple[LoraModule, ...]:
 
 IMAGES_PER_PROMPT = 8  # --limit-mm-per-prompt's defaults
 VIDEOS_PER_PROMPT = 1
+AUDIOS_PER_PROMPT = 4
 
 
 @dataclass(frozen=True, slots=True)
 class MediaLimits:
-    """Images and videos one prompt may hold (`--limit-mm-per-prompt`)."""
+    """Images, videos and audio clips one prompt may hold (`--limit-mm-per-prompt`)."""
 
     image: int = IMAGES_PER_PROMPT
     video: int = VIDEOS_PER_PROMPT
+    audio: int = AUDIOS_PER_PROMPT
 
 
 def media_per_prompt(raw: str | None) -> MediaLimits:
@@ -155,9 +157,9 @@ def media_per_prompt(raw: str | None) -> MediaLimits:
     value = json_object(raw)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()):
         raise ValueError('expected a JSON object of counts such as {"image": 4, "video": 1}')
-    unknown = set(value) - {"image", "video"}
+    unknown = set(value) - {"image", "video", "audio"}
     if unknown:
-        raise ValueError(f"only images and videos are served, not {sorted(unknown)}")
+        raise ValueError(f"only images, videos and audio are served, not {sorted(unknown)}")
     return MediaLimits(**value)
 
 

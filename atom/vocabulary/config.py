@@ -73,7 +73,7 @@ class Settings:
     trust_request_chat_template: bool = False  # a request may bring its own chat_template
     allowed_local_media_path: str | None = None  # file:// images only under this folder
     allowed_media_domains: tuple[str, ...] = ()  # hosts images may be fetched from ("*": any)
-    limit_mm_per_prompt: str | None = None  # vLLM's {"image": 4}: see `media_limits`
+    limit_mm_per_prompt: str | None = None  # vLLM's {"image": 4, "audio": 1}: `media_limits`
     media_io_kwargs: str | None = None  # vLLM's {"video": {"num_frames": 32}}: `video`
     media_fetch_timeout: float = 5.0  # seconds an image fetch may take
     max_media_bytes: int = 20 * 1024 * 1024  # a larger image is a 400
@@ -281,18 +281,19 @@ HELP = {
     "default_chat_template_kwargs": "JSON object of chat-template variables",
     "exclude_tools_when_tool_choice_none": "leave tools out of the template for tool_choice none",
     "trust_request_chat_template": "accept a chat_template (Jinja) in a request",
-    "allowed_local_media_path": "file:// image URLs are read only under this folder "
-    "(default: refused)",
-    "allowed_media_domains": "hosts http(s) image URLs may be fetched from, a JSON list or "
+    "allowed_local_media_path": "file:// image, video and audio URLs are read only under "
+    "this folder (default: refused)",
+    "allowed_media_domains": "hosts http(s) media URLs may be fetched from, a JSON list or "
     'comma-separated; ["*"] allows any (default: refused)',
-    "limit_mm_per_prompt": "images and videos one prompt may hold, vLLM's JSON: "
-    '{"image": 4, "video": 1} (default 8 and 1)',
+    "limit_mm_per_prompt": "images, videos and audio clips one prompt may hold, vLLM's "
+    'JSON: {"image": 4, "video": 1, "audio": 2} (default 8, 1 and 4)',
     "media_io_kwargs": 'how a video part is sampled, vLLM\'s JSON: {"video": {"fps": 2, '
     '"num_frames": 32}} (those are the defaults)',
-    "media_fetch_timeout": "seconds a request's http(s) images may take to fetch, all told",
-    "max_media_bytes": "largest image file accepted, in bytes",
+    "media_fetch_timeout": "seconds a request's http(s) media may take to fetch, all told",
+    "max_media_bytes": "largest image, video or audio file accepted, in bytes",
     "max_image_pixels": "largest image accepted, width x height",
-    "max_audio_seconds": "longest audio a transcription accepts, in seconds; longer is a 400",
+    "max_audio_seconds": "longest audio a transcription (or a chat's audio part) accepts, "
+    "in seconds; longer is a 400",
     "max_queued_requests": "requests that may wait for admission; then a 429",
     "scheduling_policy": "fcfs (arrival order) or priority (a request's priority, then arrival)",
     "max_queue_wait": "seconds a request may wait in the queue; then a 503",

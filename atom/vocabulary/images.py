@@ -29,7 +29,9 @@ class ImageRef:
     height: int
     num_tokens: int
     offset: int
-    kind: str = "image"  # or "video": its frames' hash and size, all its frames' tokens
+    # or "video": its frames' hash and size, all its frames' tokens; or "audio": the hash
+    # of its 16 kHz samples, a size of 0x0
+    kind: str = "image"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,15 +63,25 @@ DATA_URL = re.compile(r"data:[\w.+-]+/[\w.+-]+(;[^,]*)?,")
 
 
 def without_image_bytes(value: Any) -> Any:
-    """A request body with each `data:` URL replaced by a note of its media type, length
-    and sha256 (of the URL's text): the request log keeps no image bytes. The images
-    themselves are in `request_accepted`'s ImageRefs, in the order the body holds them."""
+    """A request body with each `data:` URL (and each `input_audio` part's base64) replaced
+    by a note of its media type, length and sha256 (of the text): the request log keeps
+    no image or audio bytes. The parts themselves are in `request_accepted`'s ImageRefs,
+    in the order the body holds them."""
     if isinstance(value, dict):
-        return {key: without_image_bytes(item) for key, item in value.items()}
+        return {key: _without(key, item) for key, item in value.items()}
     if isinstance(value, list):
         return [without_image_bytes(item) for item in value]
     if isinstance(value, str) and DATA_URL.match(value):
-        head = value.partition(",")[0]
-        digest = hashlib.sha256(value.encode()).hexdigest()
-        return f"{head},(omitted: {len(value)} characters, sha256 {digest})"
+        return _omitted(value.partition(",")[0], value)
     return value
+
+
+def _without(key: str, value: Any) -> Any:
+    if key == "input_audio" and isinstance(value, dict) and isinstance(value.get("data"), str):
+        return {**value, "data": _omitted("base64", value["data"])}
+    return without_image_bytes(value)
+
+
+def _omitted(head: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{head},(omitted: {len(text)} characters, sha256 {digest})"

@@ -129,11 +129,17 @@ def test_bad_input_is_an_openai_error(
         assert "surrogate" in error["message"]
 
 
-def test_text_only_model_says_it_takes_no_images(server: Server) -> None:
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, IMAGE]}]}
+CLIP = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+
+
+@pytest.mark.parametrize(("part", "kind"), [(IMAGE, "image"), (CLIP, "audio")])
+def test_text_only_model_says_it_takes_no_media(server: Server, part: Any, kind: str) -> None:
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]}
     r = httpx.post(server.url + CHAT, json=body, timeout=60)
     assert r.status_code == 400
-    assert "text only" in r.json()["error"]["message"]
+    error = r.json()["error"]
+    assert f"takes text only; {kind} parts need" in error["message"]
+    assert error["param"] == "messages.0.content.1"
 
 
 def test_nan_is_refused_as_not_finite(server: Server) -> None:

@@ -66,13 +66,14 @@ def test_refusals_name_the_field(tmp_path: Path) -> None:
 
 
 def test_the_media_limits_read_vllms_json() -> None:
-    assert (Settings().media_limits.image, Settings().media_limits.video) == (8, 1)
-    limits = MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3, "video": 2}')).limits
-    assert (limits.image, limits.video) == (3, 2)
+    defaults = Settings().media_limits
+    assert (defaults.image, defaults.video, defaults.audio) == (8, 1, 4)
+    limits = MediaPolicy.of(Settings(limit_mm_per_prompt='{"image": 3, "audio": 2}')).limits
+    assert (limits.image, limits.video, limits.audio) == (3, 1, 2)  # video kept its default
     for bad in (
         '["image"]',
         '{"image": "two"}',
-        '{"audio": 1}',
+        '{"speech": 1}',
         '{"image": true}',
         '{"video": -1}',
     ):
@@ -121,13 +122,13 @@ def test_a_planning_thread_never_fetches_a_web_image_itself() -> None:
     """It asks for it (atom/http/fetch.py fetches in Trio and plans again with it)."""
     from types import MappingProxyType
 
-    from atom.http.media import FETCHED, FetchFirst, WebImage
+    from atom.http.media import FETCHED, FetchFirst, WebMedia
 
     url = "http://127.0.0.1:9/one.png"
     allowed = MediaPolicy(domains=("127.0.0.1",))
     with pytest.raises(FetchFirst) as caught:
         load_image(url, "p", allowed)
-    assert caught.value.images == (WebImage(url=url, param="p"),)
+    assert caught.value.images == (WebMedia(url=url, param="p"),)
     token = FETCHED.set(MappingProxyType({url: encoded(picture(1))}))
     try:
         assert load_image(url, "p", allowed).size == (40, 30)

@@ -68,11 +68,12 @@ async def test_a_video_answers_and_refusals_name_the_part(
     assert first[0].kind == "video" and first[0].sha256 == second[0].sha256
     assert first[0].num_tokens == 2 * 2 * 2  # 4 frames: 2 in time, 32x32 pixels: 2x2 merged
     refusals = {
-        "is not a video type": asking(video_url(video, "image/png")),
+        "'image/png' is not video": asking(video_url(video, "image/png")),
         "not a video file FFmpeg reads": asking(video_url(b"no video here at all")),
         "no video stream": asking(video_url(tone("flac", "flac", 16_000, 1.0))),
         "outside --allowed-local-media-path": asking(f"file://{tmp / 'elsewhere.mp4'}"),
-        "must be a data: or file: URL": asking("https://example.com/clip.mp4"),
+        "media from example.com is not allowed": asking("https://example.com/clip.mp4"),
+        "must be a data:, file: or http(s): URL": asking("ftp://example.com/clip.mp4"),
     }
     for says, body in refusals.items():
         refused = await client.post("/v1/chat/completions", json=body)
@@ -82,5 +83,11 @@ async def test_a_video_answers_and_refusals_name_the_part(
     two = await client.post("/v1/chat/completions", json=asking(video_url(video), video_url(video)))
     assert two.status_code == 400 and two.json()["error"]["param"] == "messages.0.content.1"
     assert "at most 1 videos" in two.json()["error"]["message"]
+    sound = {"data": base64.b64encode(video).decode(), "format": "m4a"}
+    clip = {"type": "input_audio", "input_audio": sound}
+    heard = {**asking(), "messages": [{"role": "user", "content": [clip]}]}
+    no_audio = await client.post("/v1/chat/completions", json=heard)
+    assert no_audio.status_code == 400, no_audio.text
+    assert "this model takes no audio parts" in no_audio.json()["error"]["message"]
     again = await client.post("/v1/chat/completions", json=asking(video_url(video)))
     assert again.json()["choices"][0]["message"] == answered.json()["choices"][0]["message"]

@@ -1,58 +1,83 @@
-"""The vision-language architectures ATOM serves, and what differs between them.
+"""The multimodal architectures ATOM serves, and what differs between them.
 
-Every family runs its vision encoder through transformers' own `get_image_features`
-and its text model through ATOM's forward (atom/model/forward/llama_forward.py); a
-family only says how one image's processor tensors join a batch of images. The
-encoder's output rows, flattened, are each image's rows in order, whatever the family.
+Every family runs its encoders (vision, and audio for the speech-language models)
+through transformers' own `get_image_features` / `get_video_features` /
+`get_audio_features` (or ATOM's stand-in where a model has none), and its text model
+through ATOM's forward (atom/model/forward/llama_forward.py); a family only says how one
+part's processor tensors join a batch of parts. An encoder's output rows, flattened,
+are each part's rows in order, whatever the family.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from atom.model.vision.qwen2_audio import qwen2_audio_features
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class VisionFamily:
-    """`join`: the processor tensors `get_image_features` takes, each with the dimension
-    one image's tensor is concatenated along to make a batch. `mrope`: the language
-    model's rotary positions are (time, height, width) triples, an image's tokens laid
-    out on its grid (atom/model/vision/rope.py)."""
+class MediaInputs:
+    """One kind of part's processor tensors, each with the dimension one part's tensor
+    is concatenated along to make a batch; `encode(module, **tensors)` gives the rows
+    (None: the module's own `get_<kind>_features`)."""
+
+    join: Mapping[str, int]
+    encode: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaFamily:
+    """`parts`: the kinds of part the family takes ("image", "video", "audio") and their
+    inputs. `mrope`: the language model's rotary positions are (time, height, width)
+    triples, an image's tokens laid out on its grid (atom/model/vision/rope.py)."""
 
     architecture: str
-    join: Mapping[str, int]
+    parts: Mapping[str, MediaInputs]
     mrope: bool = False
-    # a video's tensors for `get_video_features`, joined as `join`'s; empty: no video
-    video_join: Mapping[str, int] = field(default_factory=dict)
 
+
+_QWEN_VL = {
+    "image": MediaInputs(join={"pixel_values": 0, "image_grid_thw": 0}),
+    "video": MediaInputs(join={"pixel_values_videos": 0, "video_grid_thw": 0}),
+}
 
 FAMILIES = {
     family.architecture: family
     for family in (
         # LLaVA-style: a CLIP/SigLIP tower and a projector; one fixed-size crop an image.
-        VisionFamily(architecture="LlavaForConditionalGeneration", join={"pixel_values": 0}),
+        MediaFamily(
+            architecture="LlavaForConditionalGeneration",
+            parts={"image": MediaInputs(join={"pixel_values": 0})},
+        ),
         # Idefics3 / SmolVLM: a SigLIP tower and a pixel-shuffle connector over an image
         # split into crops (plus the whole image scaled down); one image's crops are
         # [1, crops, ...], and a batch of images one row of all their crops.
-        VisionFamily(
+        MediaFamily(
             architecture="Idefics3ForConditionalGeneration",
-            join={"pixel_values": 1, "pixel_attention_mask": 1},
+            parts={"image": MediaInputs(join={"pixel_values": 1, "pixel_attention_mask": 1})},
         ),
         # Qwen2-VL: a ViT over patches of the image at its own resolution, merged 2x2;
         # an image's patches are rows of one [patches, features] tensor, its grid beside.
-        VisionFamily(
-            architecture="Qwen2VLForConditionalGeneration",
-            join={"pixel_values": 0, "image_grid_thw": 0},
-            mrope=True,
-            video_join={"pixel_values_videos": 0, "video_grid_thw": 0},
-        ),
+        MediaFamily(architecture="Qwen2VLForConditionalGeneration", parts=_QWEN_VL, mrope=True),
         # Qwen2.5-VL: the same inputs and positions; windowed attention in its tower.
-        VisionFamily(
-            architecture="Qwen2_5_VLForConditionalGeneration",
-            join={"pixel_values": 0, "image_grid_thw": 0},
-            mrope=True,
-            video_join={"pixel_values_videos": 0, "video_grid_thw": 0},
+        MediaFamily(architecture="Qwen2_5_VLForConditionalGeneration", parts=_QWEN_VL, mrope=True),
+        # Audio Flamingo 3 (Ultravox-style): a Whisper encoder over each 30-second window
+        # of the audio, pooled, and a projector; a clip's windows are rows of its tensors.
+        MediaFamily(
+            architecture="AudioFlamingo3ForConditionalGeneration",
+            parts={"audio": MediaInputs(join={"input_features": 0, "input_features_mask": 0})},
+        ),
+        # Qwen2-Audio: a Whisper encoder over one 30-second window, pooled, a projector.
+        MediaFamily(
+            architecture="Qwen2AudioForConditionalGeneration",
+            parts={
+                "audio": MediaInputs(
+                    join={"input_features": 0, "feature_attention_mask": 0},
+                    encode=qwen2_audio_features,
+                )
+            },
         ),
     )
 }
@@ -67,16 +92,16 @@ TEXT_ARCHITECTURES = {
 }
 
 
-def vision_family(config: Any) -> VisionFamily | None:
+def media_family(config: Any) -> MediaFamily | None:
     """The family of a model's config; None for a text-only model. ValueError for a
-    vision-language architecture ATOM does not serve."""
-    if getattr(config, "vision_config", None) is None:
+    vision- or audio-language architecture ATOM does not serve."""
+    if all(getattr(config, f"{tower}_config", None) is None for tower in ("vision", "audio")):
         return None
     names = list(getattr(config, "architectures", None) or [])
     for name in names:
         if name in FAMILIES:
             return FAMILIES[name]
     raise ValueError(
-        f"vision-language architecture {', '.join(names) or config.model_type} is not served "
+        f"multimodal architecture {', '.join(names) or config.model_type} is not served "
         f"(served: {', '.join(sorted(FAMILIES))}; docs/multimodal.md)"
     )

@@ -1,5 +1,5 @@
-"""Loading a vision-language model: transformers' model and processor from the folder,
-then its language half behind ATOM's forward and its vision half as the encoder."""
+"""Loading a vision- or audio-language model: transformers' model and processor from the
+folder, then its language half behind ATOM's forward and its media half as the encoder."""
 
 from __future__ import annotations
 
@@ -8,34 +8,30 @@ from pathlib import Path
 from typing import Any
 
 from atom.model.vision.encoder import VisionEncoder
-from atom.model.vision.families import vision_family
+from atom.model.vision.families import MediaFamily, media_family
 from atom.model.vision.grid_processor import GridProcessor
-from atom.model.vision.prompter import ImagePrompter
+from atom.model.vision.prompter import ImagePrompter, Mark
 from atom.model.vision.text_view import TextView, vision_half
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VisionParts:
-    """What a vision-language model adds to a text model's runtime."""
+    """What a vision- or audio-language model adds to a text model's runtime."""
 
     encoder: VisionEncoder  # runs in the runner's step
     prompter: ImagePrompter  # runs in the request's planning thread
 
 
 def read_model(folder: Path, dtype: Any) -> tuple[Any, Any | None]:
-    """transformers' model in `folder`, and its processor when it reads images (None for
-    a text-only model)."""
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForImageTextToText,
-        AutoProcessor,
-    )
+    """transformers' model in `folder`, and its processor when it reads images or audio
+    (None for a text-only model)."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoProcessor
 
-    family = vision_family(AutoConfig.from_pretrained(folder))
+    family = media_family(AutoConfig.from_pretrained(folder))
     if family is None:
         return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), None
-    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
+    model = getattr(transformers, family.architecture).from_pretrained(folder, dtype=dtype)
     if family.mrope:
         return model, _grid_processor(folder, model.config)
     return model, AutoProcessor.from_pretrained(folder)
@@ -60,22 +56,44 @@ def vision_forward(
     language model is one ATOM's forward does not implement."""
     from atom.model.forward.llama_forward import own_forward
 
-    family = vision_family(vlm.config)
+    family = media_family(vlm.config)
     assert family is not None
     if implementation == "transformers":
-        raise ValueError("vision-language models run on ATOM's forward: use --model-impl auto")
+        raise ValueError("multimodal models run on ATOM's forward: use --model-impl auto")
     view = TextView(vlm)
     forward = own_forward(view, "atom", kernels=kernels)
     encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
-    merge = int(vlm.config.vision_config.spatial_merge_size) if family.mrope else None
-    video_id = getattr(vlm.config, "video_token_id", None) if family.video_join else None
-    vision = vlm.config.vision_config
-    scale = getattr(vision, "tokens_per_second", None)  # Qwen2.5-VL's
+    config = vlm.config
+    scale = getattr(getattr(config, "vision_config", None), "tokens_per_second", None)
     prompter = ImagePrompter(
         processor,
-        int(vlm.config.image_token_id),
-        merge,
-        None if video_id is None else int(video_id),
-        None if scale is None else float(scale) * int(vision.temporal_patch_size),
+        _marks(processor, config, family),
+        merge=int(config.vision_config.spatial_merge_size) if family.mrope else None,
+        video_seconds_scale=(  # Qwen2.5-VL's
+            None if scale is None else float(scale) * int(config.vision_config.temporal_patch_size)
+        ),
+        max_audio_seconds=_longest_clip(processor) if "audio" in family.parts else None,
     )
     return forward, VisionParts(encoder=encoder, prompter=prompter)
+
+
+def _marks(processor: Any, config: Any, family: MediaFamily) -> dict[str, Mark]:
+    """Each kind of part's placeholder (the processor's `<kind>_token`) and the token
+    its rows replace (the config's `<kind>_token_id`); a kind the processor has no
+    placeholder for is not taken (a Qwen2-VL folder saved without a video token)."""
+    marks = {}
+    for kind in family.parts:
+        placeholder = getattr(processor, f"{kind}_token", None)
+        if placeholder:
+            placeholder_id = int(processor.tokenizer.convert_tokens_to_ids(str(placeholder)))
+            target = int(getattr(config, f"{kind}_token_id"))
+            marks[kind] = Mark(str(placeholder), placeholder_id, target)
+    return marks
+
+
+def _longest_clip(processor: Any) -> float:
+    """The seconds of audio the processor takes whole: Audio Flamingo 3's as many whole
+    windows as fit in `max_audio_len`, the others one window of their feature extractor."""
+    window = float(processor.feature_extractor.chunk_length)
+    longest = getattr(processor, "max_audio_len", None)
+    return window if longest is None else float(longest // window) * window
