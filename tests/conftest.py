@@ -104,7 +104,9 @@ def fake_speech_runtime(cache_dir: str) -> WhisperRuntime:
     weights and tokenizer made once a session, its slots fresh for each server."""
     made = _speech_template(cache_dir)
     slots = WhisperSlots(made.batch.slots.model, num_slots=made.batch.slots.num_slots)
-    return dataclasses.replace(made, batch=WindowBatch(slots, made.batch.aligner))
+    return dataclasses.replace(
+        made, batch=WindowBatch(slots, made.tokenizer.decode, made.batch.aligner)
+    )
 
 
 @functools.cache

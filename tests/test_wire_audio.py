@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from openai.types.audio import TranscriptionSegment
+
 from atom.projections.wire_audio import TranscriptionRenderer
 from atom.vocabulary.audio_events import (
     AudioRef,
@@ -40,6 +42,7 @@ def window(index: int, start: float, parts: list[tuple[float, float, str]]) -> W
     return WindowTranscribed(
         request_id=ID, index=index, start=start, seconds=30.0, language="en",
         text="".join(t for _, _, t in parts), segments=segments, num_tokens=5, avg_logprob=-0.25,
+        temperature=0.2 * index, compression_ratio=1.5, no_speech_prob=0.01,
         words=tuple(TimedWord(word=t.strip(), start=a, end=b) for a, b, t in parts),
     )  # fmt: skip
 
@@ -84,7 +87,12 @@ def test_whole_answers_in_every_format() -> None:
     assert [(s["id"], s["seek"], s["start"]) for s in verbose["segments"]] == [
         (0, 0, 0.0), (1, 0, 3.0), (2, 3000, 3661.5)
     ]  # fmt: skip
-    assert verbose["segments"][2]["avg_logprob"] == -0.25 and "words" not in verbose
+    assert "words" not in verbose
+    late = verbose["segments"][2]
+    assert (late["avg_logprob"], late["temperature"], late["no_speech_prob"]) == (-0.25, 0.2, 0.01)
+    assert late["compression_ratio"] == 1.5  # each segment shows its window's try
+    openai_fields = set(TranscriptionSegment.model_fields)
+    assert all(set(segment) == openai_fields for segment in verbose["segments"])
     [timed] = rendered(requested(TranscriptFormat.VERBOSE_JSON, words=True), [*WINDOWS, END])
     assert json.loads(timed)["words"][2] == {"word": "Late.", "start": 3661.5, "end": 3662.25}
 

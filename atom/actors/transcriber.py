@@ -43,7 +43,8 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class WindowDone:
     """One window's decoding: where it starts in the audio, how long it is, the language
-    it was decoded in, and the tokens chosen (timestamps among them when asked)."""
+    it was decoded in, and the tokens chosen (timestamps among them when asked; none
+    for a window judged silent), with what OpenAI's verbose answer shows of its try."""
 
     index: int
     start: float  # seconds
@@ -51,6 +52,9 @@ class WindowDone:
     language: str
     tokens: tuple[int, ...]
     avg_logprob: float
+    temperature: float  # of the try kept
+    compression_ratio: float
+    no_speech_prob: float
     words: tuple[WordTime, ...] = ()  # when the task asks them: from the window's start
 
 
@@ -233,7 +237,7 @@ class Transcriber:
     def _finish(self, run: _Running) -> None:
         job, window = run.job, run.window
         assert window.language is not None
-        generated = tuple(window.generated)
+        generated = () if window.is_silent else tuple(window.generated)
         job.send.send_nowait(
             WindowDone(
                 run.index,
@@ -242,11 +246,14 @@ class Transcriber:
                 window.language,
                 generated,
                 window.avg_logprob,
-                tuple(window.words),
+                window.temperature,
+                window.compression_ratio,
+                window.no_speech_prob,
+                () if window.is_silent else tuple(window.words),
             )
         )
         job.language = window.language
-        job.previous = tuple(t for t in window.generated if t < self._runtime.tokens.end_of_text)
+        job.previous = tuple(t for t in generated if t < self._runtime.tokens.end_of_text)
         job.next_index += 1
         if not job.is_abandoned:
             self._waiting.append(job)

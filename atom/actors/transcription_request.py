@@ -94,26 +94,7 @@ def window_event(
 ) -> WindowTranscribed:
     """A decoded window as the log keeps it: its text, and its segments timed from the
     start of the audio (the whole window as one segment when no timestamps were asked)."""
-    tokens, decode = runtime.tokens, runtime.tokenizer.decode
-    text_ids = tuple(t for t in done.tokens if t < tokens.end_of_text)
-    if received.plan.segments:
-        found = segments_of(list(done.tokens), tokens, done.seconds)
-        segments = tuple(
-            TimedText(
-                start=done.start + s.start,
-                end=done.start + s.end,
-                text=decode(s.tokens),
-                tokens=s.tokens,
-            )
-            for s in found
-        )
-        text = "".join(s.text for s in segments)
-    else:
-        text = decode(text_ids)
-        whole = TimedText(
-            start=done.start, end=done.start + done.seconds, text=text, tokens=text_ids
-        )
-        segments = (whole,) if text_ids else ()
+    text, segments = _timed_text(runtime, received.plan.segments, done)
     return WindowTranscribed(
         request_id=received.request_id,
         index=done.index,
@@ -124,8 +105,33 @@ def window_event(
         segments=segments,
         num_tokens=len(done.tokens),
         avg_logprob=done.avg_logprob,
+        temperature=done.temperature,
+        compression_ratio=done.compression_ratio,
+        no_speech_prob=done.no_speech_prob,
         words=tuple(
             TimedWord(word=w.word.strip(), start=done.start + w.start, end=done.start + w.end)
             for w in done.words
         ),
     )
+
+
+def _timed_text(
+    runtime: WhisperRuntime, timed: bool, done: WindowDone
+) -> tuple[str, tuple[TimedText, ...]]:
+    """A window's text and its segments from the start of the audio: cut at its
+    timestamps when `timed`, else the whole window as one (none when it said nothing)."""
+    tokens, decode = runtime.tokens, runtime.tokenizer.decode
+    if timed:
+        found = segments_of(list(done.tokens), tokens, done.seconds)
+        segments = tuple(
+            TimedText(
+                start=done.start + s.start, end=done.start + s.end, text=decode(s.tokens),
+                tokens=s.tokens,
+            )
+            for s in found
+        )  # fmt: skip
+        return "".join(s.text for s in segments), segments
+    text_ids = tuple(t for t in done.tokens if t < tokens.end_of_text)
+    text = decode(text_ids)
+    whole = TimedText(start=done.start, end=done.start + done.seconds, text=text, tokens=text_ids)
+    return text, (whole,) if text_ids else ()

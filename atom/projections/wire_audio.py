@@ -11,7 +11,6 @@ text stripped, or their segments, timed from the start of the audio.
 from __future__ import annotations
 
 import math
-import zlib
 from typing import Any
 
 from atom.projections.wire import Output, dumps, error_output
@@ -90,7 +89,7 @@ class TranscriptionRenderer:
             "language": finished.language,
             "duration": round(finished.seconds, 3),
             "text": self.text,
-            "segments": segments_json(self.windows, plan.temperature),
+            "segments": segments_json(self.windows),
             **({"words": words_json(self.windows)} if plan.words else {}),
             "usage": _usage(finished),
         }
@@ -105,12 +104,11 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + dumps(obj) + b"\n\n"
 
 
-def segments_json(windows: list[WindowTranscribed], temperature: float) -> list[dict[str, Any]]:
+def segments_json(windows: list[WindowTranscribed]) -> list[dict[str, Any]]:
     """verbose_json's segments, numbered across windows; `seek` is where the window
     starts, in the 10 ms frames of Whisper's features (as OpenAI's)."""
     out: list[dict[str, Any]] = []
     for window in windows:
-        ratio = compression_ratio(window.text)
         for segment in window.segments:
             out.append(
                 {
@@ -120,9 +118,10 @@ def segments_json(windows: list[WindowTranscribed], temperature: float) -> list[
                     "end": round(segment.end, 3),
                     "text": segment.text,
                     "tokens": list(segment.tokens),
-                    "temperature": temperature,
+                    "temperature": window.temperature,
                     "avg_logprob": window.avg_logprob,
-                    "compression_ratio": ratio,
+                    "compression_ratio": window.compression_ratio,
+                    "no_speech_prob": window.no_speech_prob,
                 }
             )
     return out
@@ -134,12 +133,6 @@ def words_json(windows: list[WindowTranscribed]) -> list[dict[str, Any]]:
         for window in windows
         for w in window.words
     ]
-
-
-def compression_ratio(text: str) -> float:
-    """How much zlib shrinks the text: a high ratio is a window that repeats itself."""
-    data = text.encode()
-    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 def srt(windows: list[WindowTranscribed]) -> str:

@@ -93,7 +93,9 @@ class TimedWord:
 class WindowTranscribed(RequestEvent):
     """One window decoded: where it starts and how long it is (seconds of the audio),
     the language it was decoded in, its text, its segments (one when no timestamps were
-    decoded), the tokens it chose and their mean log-probability."""
+    decoded), the tokens it chose and their mean log-probability, the temperature of the
+    try kept, its text's compression ratio and the chance it holds no speech (a window
+    judged silent has no text: atom/model/whisper/decoding.py)."""
 
     index: int
     start: float
@@ -103,6 +105,9 @@ class WindowTranscribed(RequestEvent):
     segments: tuple[TimedText, ...]
     num_tokens: int
     avg_logprob: float
+    temperature: float
+    compression_ratio: float
+    no_speech_prob: float
     words: tuple[TimedWord, ...] = ()  # when the plan asks them
 
 

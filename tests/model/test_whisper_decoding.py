@@ -71,7 +71,7 @@ def test_slots_fed_unevenly_give_transformers_logits() -> None:
 # A toy vocabulary laid out as Whisper's: text, then the specials, then the timestamps.
 TOKENS = WhisperTokens(
     end_of_text=20, start_of_transcript=21, start_of_previous=22, tasks={"transcribe": 23,
-    "translate": 24}, languages={"en": 25}, no_timestamps=26, timestamp_begin=27,
+    "translate": 24}, languages={"en": 25}, no_timestamps=26, no_speech=19, timestamp_begin=27,
     suppress=(), suppress_at_begin=(),
 )  # fmt: skip
 VOCAB = 100  # 27..99: <|0.00|> .. <|1.44|>
@@ -102,7 +102,7 @@ def test_sampling_follows_the_seed() -> None:
     writes the same tokens, others write others (the tiny model: ids below 300)."""
     slots = WhisperSlots(tiny_whisper(), num_slots=1)
     features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(2))
-    batch = WindowBatch(slots)
+    batch = WindowBatch(slots, lambda ids: " ".join(map(str, ids)))
 
     def sampled(seed: int) -> list[int]:
         task = WindowTask(language="en", temperature=1.0, seed=seed)

@@ -1,9 +1,13 @@
 """Windows of audio decoding together: each holds a slot of one `WhisperSlots` from its
 encoding to its end, and every step feeds all of them in one forward. Windows start
 between steps as slots free up, so a transcription that arrives while others decode
-joins their batch at the next step (the Transcriber actor drives it)."""
+joins their batch at the next step (the Transcriber actor drives it). A window that
+fails OpenAI's thresholds starts over in its own slot, one temperature step higher
+(decoding.py's `finish`), its audio encoded once."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -13,11 +17,18 @@ from atom.model.whisper.slots import WhisperSlots
 
 
 class WindowBatch:
-    def __init__(self, slots: WhisperSlots, aligner: Aligner | None = None) -> None:
-        """`aligner`: the model's alignment heads, for windows that ask their words'
-        times (None: the model names none)."""
+    def __init__(
+        self,
+        slots: WhisperSlots,
+        decode: Callable[[Sequence[int]], str],
+        aligner: Aligner | None = None,
+    ) -> None:
+        """`decode`: text tokens to text (a window's is judged by it). `aligner`: the
+        model's alignment heads, for windows that ask their words' times (None: the
+        model names none)."""
         self.slots = slots
         self.aligner = aligner
+        self._decode = decode
         self._free = list(range(slots.num_slots))
         self._feeds: dict[int, tuple[WindowDecode, list[int]]] = {}  # slot → (window, next feed)
 
@@ -55,6 +66,9 @@ class WindowBatch:
         for slot, row in zip(slots, logits, strict=True):
             window = self._feeds[slot][0]
             feed = window.take(row)
+            if feed is None and window.finish(self._text(window)):
+                self.slots.restart(slot)
+                feed = window.first_feed()
             if feed is None:
                 if window.task.words and self.aligner is not None:
                     window.words = self.aligner.words(self.slots, slot, window)
@@ -64,3 +78,6 @@ class WindowBatch:
             else:
                 self._feeds[slot] = (window, feed)
         return done
+
+    def _text(self, window: WindowDecode) -> str:
+        return self._decode([t for t in window.generated if t < window.tokens.end_of_text])

@@ -3,12 +3,20 @@ tokens it may not say, and its timestamp rules, as OpenAI's whisper (`decoding.p
 defines them and faster-whisper (CTranslate2) and transformers follow them.
 
 A `WindowDecode` is fed the logits after its last feed and answers the next feed (the
-rest of the prompt once the language is detected, or the token it chose), or None when
-the window is done. The batching is the caller's (atom/model/whisper/slots.py).
+rest of the prompt after `<|startoftranscript|>`, whose logits give the chance that the
+window holds no speech and, when not given, its language; or the token it chose), or
+None when the window is done. The batching is the caller's (atom/model/whisper/slots.py).
+
+Then OpenAI's transcribe rules (faster-whisper's too) judge the result (`finish`):
+a window decoded at temperature 0 whose text repeats itself (compression ratio over
+2.4) or whose tokens are unlikely (mean log-probability under -1) is decoded again one
+temperature step higher, up to 1.0, keeping the last try; a window that likely holds no
+speech (over 0.6) and whose tokens are unlikely is silence: it says nothing.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +26,11 @@ WINDOW_SECONDS = 30.0
 SECONDS_PER_TIMESTAMP = 0.02
 MAX_INITIAL_TIMESTAMP = 50  # the first timestamp is at most 1.0 s
 MAX_PREVIOUS = 223  # prompt tokens a window may carry (half the context, as OpenAI's)
+# OpenAI's transcribe thresholds (its defaults, faster-whisper's too)
+TEMPERATURE_STEP = 0.2  # a request at temperature 0 retries a failed window this much higher
+MAX_COMPRESSION_RATIO = 2.4
+MIN_AVG_LOGPROB = -1.0
+NO_SPEECH_THRESHOLD = 0.6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +41,7 @@ class WhisperTokens:
     end_of_text: int
     start_of_previous: int
     no_timestamps: int
+    no_speech: int  # <|nospeech|> (<|nocaptions|> in older vocabularies)
     timestamp_begin: int  # <|0.00|>; every id from it on is a timestamp
     tasks: dict[str, int]  # "transcribe", "translate"
     languages: dict[str, int]  # "en" → <|en|>
@@ -67,31 +81,39 @@ class WindowDecode:
     seconds: float = WINDOW_SECONDS  # the audio the window holds (its words' frames)
     generator: torch.Generator | None = field(init=False, default=None)  # made on first sample
     language: str | None = field(init=False)  # the task's, or detected at the first step
+    temperature: float = field(init=False)  # this try's: the task's, or a fallback's
+    no_speech_prob: float = field(init=False, default=0.0)  # read at the first step
+    compression_ratio: float = field(init=False, default=0.0)  # of the text, at `finish`
     generated: list[int] = field(init=False, default_factory=list)
     sum_logprob: float = field(init=False, default=0.0)  # of the tokens chosen, end included
     fed: int = field(init=False, default=0)  # tokens fed so far, prompt included
+    prompted: bool = field(init=False, default=False)  # the tokens after the start are fed
     words: list[WordTime] = field(init=False, default_factory=list)  # found at its end
 
     def __post_init__(self) -> None:
         self.language = self.task.language
+        self.temperature = self.task.temperature
 
     def first_feed(self) -> list[int]:
-        """The prompt, up to the language token when the language is to be detected."""
+        """The prompt up to `<|startoftranscript|>` (the rest follows its logits)."""
         previous = self.task.previous[-MAX_PREVIOUS:]
         head = [self.tokens.start_of_previous, *previous] if previous else []
         feed = [*head, self.tokens.start_of_transcript]
-        if self.language is not None:
-            feed += self._after_start()
         self.fed = len(feed)
+        self.prompted = False
         return feed
 
     def take(self, logits: torch.Tensor) -> list[int] | None:
         """The next feed after `logits` [vocab] (those after the last fed token), or None
         when the window is done."""
-        if self.language is None:  # the first step of a detection: the likeliest language
-            codes = list(self.tokens.languages)
-            ids = torch.tensor([self.tokens.languages[c] for c in codes], device=logits.device)
-            self.language = codes[int(logits[ids].argmax())]
+        if not self.prompted:  # the logits after <|startoftranscript|>
+            self.prompted = True
+            probs = torch.softmax(logits.float(), dim=-1)
+            self.no_speech_prob = float(probs[self.tokens.no_speech])
+            if self.language is None:  # detected: the likeliest language
+                codes = list(self.tokens.languages)
+                ids = torch.tensor([self.tokens.languages[c] for c in codes], device=logits.device)
+                self.language = codes[int(logits[ids].argmax())]
             feed = self._after_start()
             self.fed += len(feed)
             return feed
@@ -120,6 +142,26 @@ class WindowDecode:
         """The chosen tokens' mean log-probability, the end of text counted (OpenAI's)."""
         return self.sum_logprob / (len(self.generated) + 1)
 
+    @property
+    def is_silent(self) -> bool:
+        """The window likely holds no speech and its tokens are unlikely: it says nothing."""
+        return self.no_speech_prob > NO_SPEECH_THRESHOLD and self.avg_logprob < MIN_AVG_LOGPROB
+
+    def finish(self, text: str) -> bool:
+        """Judge the ended window by its text (timestamps left out); True when it fails
+        OpenAI's thresholds at a temperature below 1.0 of a request at temperature 0 and
+        is to be decoded again one step higher: it is reset for that, its language kept
+        and its slot's cross-attention with it (the caller feeds `first_feed` again)."""
+        self.compression_ratio = compression_ratio(text)
+        repeats = self.compression_ratio > MAX_COMPRESSION_RATIO
+        failed = repeats or self.avg_logprob < MIN_AVG_LOGPROB
+        if self.task.temperature > 0 or self.temperature >= 1.0 or self.is_silent or not failed:
+            return False
+        self.temperature = round(self.temperature + TEMPERATURE_STEP, 1)
+        self.generated.clear()
+        self.sum_logprob = 0.0
+        return True
+
     def _filtered(self, logits: torch.Tensor) -> torch.Tensor:
         """`logits` with what may not come next at -inf, in place."""
         logits[list(self.tokens.suppress)] = -torch.inf
@@ -130,7 +172,7 @@ class WindowDecode:
         return logits
 
     def _choose(self, logits: torch.Tensor) -> int:
-        if self.task.temperature <= 0:
+        if self.temperature <= 0:
             return int(logits.argmax())
         if self.generator is None:
             self.generator = torch.Generator(device=logits.device)
@@ -138,8 +180,14 @@ class WindowDecode:
                 self.generator.seed()
             else:
                 self.generator.manual_seed(self.task.seed)
-        probs = torch.softmax(logits / self.task.temperature, dim=-1)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def compression_ratio(text: str) -> float:
+    """How much zlib shrinks the text: a high ratio is a window that repeats itself."""
+    raw = text.encode()
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
 
 
 def apply_timestamp_rules(
@@ -216,6 +264,7 @@ def whisper_tokens(
         end_of_text=token("<|endoftext|>"),
         start_of_previous=token("<|startofprev|>"),
         no_timestamps=whisper["no_timestamps_token_id"],
+        no_speech=whisper["no_timestamps_token_id"] - 1,  # as transformers finds it
         timestamp_begin=whisper["no_timestamps_token_id"] + 1,
         tasks=dict(whisper["task_to_id"]),
         languages={name.strip("<|>"): i for name, i in whisper["lang_to_id"].items()},

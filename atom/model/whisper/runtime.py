@@ -100,7 +100,7 @@ def whisper_runtime(
     )
     weight = model.model.decoder.embed_tokens.weight
     return WhisperRuntime(
-        batch=WindowBatch(WhisperSlots(model, num_slots=num_slots), aligner),
+        batch=WindowBatch(WhisperSlots(model, num_slots=num_slots), tokenizer.decode, aligner),
         extractor=WhisperFeatureExtractor.from_pretrained(folder),
         tokenizer=tokenizer,
         tokens=tokens,

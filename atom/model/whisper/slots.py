@@ -62,6 +62,11 @@ class WhisperSlots:
         for slot in slots:
             self.lengths[slot] = 0
 
+    def restart(self, slot: int) -> None:
+        """Decode the slot's window again from its first token (its audio's cross-attention
+        kept)."""
+        self.lengths[slot] = 0
+
     @torch.inference_mode()
     def step(self, slots: list[int], tokens: list[list[int]]) -> torch.Tensor:
         """Feed tokens[b] to slot slots[b]; the logits after each one's last token,
