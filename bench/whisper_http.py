@@ -7,7 +7,8 @@ clip starts one sentence later, 0.6 s of silence between), as WAV files. ATOM se
 the packaged Whisper base (`--model whisper-base`, hypercorn as users run it) and is
 asked through `/v1/audio/transcriptions` (json, English given: greedy, no timestamps);
 faster-whisper transcribes the same WAV bytes in process (no HTTP: in its favour) from
-the same model file, greedy (`beam_size=1`, one temperature, no VAD, no timestamps,
+the same model file, greedy (`beam_size=1`, the same fallback ladder and thresholds as
+ATOM's at temperature 0, which are its defaults; no VAD, no timestamps,
 each clip's text conditioning the next window as ATOM's), with 2 CPU threads and each of
 its compute types on CPU. At each concurrency, that many clients take the clips in
 turn (faster-whisper: that many threads, and as many CTranslate2 workers).
@@ -37,6 +38,8 @@ from bench.run import atom_server, machine, publish
 from bench.whisper_wer import SENTENCES, edit_distance, words
 from tests.audio.media import spoken, wav_of
 from tests.e2e.conftest import free_port
+
+LADDER = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # faster-whisper's default temperatures
 
 GAP_S = 0.6
 PER_CLIP = 3
@@ -106,7 +109,7 @@ def faster_whisper_levels(
                 io.BytesIO(audio),
                 language="en",
                 beam_size=1,
-                temperature=0.0,
+                temperature=LADDER,  # its default, and ATOM's rule at temperature 0
                 without_timestamps=True,
                 vad_filter=False,
             )
