@@ -56,6 +56,14 @@ export async function getJson(path) {
   return response.json();
 }
 
+// The server's models (/v1/models' data), asked once for the page: the chat view and
+// the speech controls both read them.
+let models = null;
+export function listModels() {
+  models ??= getJson("/v1/models").then((body) => body.data);
+  return models;
+}
+
 // The text of an audio file (a File or a Blob), by the server's speech model.
 export async function transcribe(model, audio, name) {
   const form = new FormData();

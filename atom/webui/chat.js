@@ -1,7 +1,7 @@
 // The chat view: conversations (store.js), sending and streaming answers, Stop,
 // regenerate, edit-and-resend, settings per conversation.
 
-import { ApiError, getJson, streamChat } from "./api.js";
+import { ApiError, getJson, listModels, streamChat } from "./api.js";
 import { Answer } from "./answer.js";
 import { fillMessage, messageElement } from "./messages.js";
 import * as store from "./store.js";
@@ -44,7 +44,7 @@ export function initChat(notice) {
 
 async function loadModels() {
   try {
-    const models = (await getJson("/v1/models")).data.filter((m) => m.kind === "generate");
+    const models = (await listModels()).filter((m) => m.kind === "generate");
     $("model").replaceChildren(...models.map((m) => new Option(m.id, m.id)));
     const settings = store.current().settings;
     if (!models.some((m) => m.id === settings.model) && models.length) {

@@ -2,7 +2,7 @@
 // sent to /v1/audio/transcriptions; the text is added where the prompt ends. The
 // controls show only when the server serves a speech model (kind "transcribe").
 
-import { getJson, transcribe } from "./api.js";
+import { listModels, transcribe } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 let model = null; // the speech model's name, once listed
@@ -12,7 +12,7 @@ let showNotice = () => {};
 export async function initSpeech(notice) {
   showNotice = notice;
   try {
-    const speech = (await getJson("/v1/models")).data.find((m) => m.kind === "transcribe");
+    const speech = (await listModels()).find((m) => m.kind === "transcribe");
     model = speech ? speech.id : null;
   } catch (_) {
     model = null; // the chat view reports a server it cannot list

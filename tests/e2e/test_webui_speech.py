@@ -53,6 +53,10 @@ def test_an_audio_file_and_the_microphone_fill_the_prompt(
 ) -> None:
     browser.get(f"{server.url}/")
     wait_for(lambda: browser.find_element(By.ID, "speech").is_displayed())
+    asked = browser.execute_script(
+        "return performance.getEntriesByType('resource').map((e) => e.name)"
+    )
+    assert sum(name.endswith("/v1/models") for name in asked) == 1  # the chat view's and ours
     prompt = browser.find_element(By.ID, "prompt")
     prompt.send_keys("Transcribe:")
     browser.find_element(By.ID, "audio-file").send_keys(str(speech))
