@@ -20,7 +20,7 @@ from atom.model.vision.prompter import ImageRefused
 from atom.text.prompt import AUDIO_PART, TemplateControls, render_chat
 from atom.vocabulary.config import Settings
 from tests.audio_models import tiny_audioflamingo3, tiny_qwen2_audio
-from tests.model.tiny import BLOCK, GREEDY, run_all
+from tests.model.tiny import BLOCK, greedy_after, run_all
 
 MAKERS: dict[str, Callable[[Path], Path]] = {
     "audioflamingo3": tiny_audioflamingo3,
@@ -62,17 +62,7 @@ def reference(folder: Path, prompt: tuple[int, ...], images: Any) -> list[int]:
         key: torch.cat([torch.as_tensor(image.pixels[key]) for image in images])
         for key in images[0].pixels
     }
-    ids = torch.tensor([prompt])
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        **tensors,
-        max_new_tokens=GREEDY.max_tokens,
-        min_new_tokens=GREEDY.max_tokens,
-        do_sample=False,
-        pad_token_id=0,
-    )
-    return out[0, len(prompt) :].tolist()
+    return greedy_after(model, torch.tensor([prompt]), **tensors)
 
 
 @pytest.mark.parametrize("budget", [4096, 16])

@@ -18,7 +18,7 @@ from atom.model.vision.grid_processor import video_patches
 from atom.model.vision.rope import rope_positions
 from atom.text.prompt import VIDEO_PART, TemplateControls, render_chat
 from atom.vocabulary.config import Settings
-from tests.model.tiny import BLOCK, GREEDY, run_all
+from tests.model.tiny import BLOCK, greedy_after, run_all
 from tests.vision_models import picture, tiny_qwen2_vl
 
 FPS = 2.0  # the frames' rate as sampled
@@ -64,17 +64,7 @@ def reference(folder: Path, prompt: tuple[int, ...], pixels: dict[str, Any]) -> 
     kinds = (ids == model.config.video_token_id).int() * 2  # text 0, image 1, video 2
     if model.config.model_type == "qwen2_5_vl":  # the seconds each temporal patch spans
         pixels = {**pixels, "second_per_grid_ts": torch.tensor([2 / FPS])}
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        mm_token_type_ids=kinds,
-        **pixels,
-        max_new_tokens=GREEDY.max_tokens,
-        min_new_tokens=GREEDY.max_tokens,
-        do_sample=False,
-        pad_token_id=0,
-    )
-    return out[0, len(prompt) :].tolist()
+    return greedy_after(model, ids, mm_token_type_ids=kinds, **pixels)
 
 
 @pytest.mark.parametrize("budget", [4096, 8])

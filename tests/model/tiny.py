@@ -24,6 +24,23 @@ from atom.vocabulary.images import PromptImage
 from atom.vocabulary.speculative import SpeculativeConfig
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+
+def greedy_after(model: Any, ids: torch.Tensor, **inputs: Any) -> list[int]:
+    """transformers' own greedy continuation of the prompt `ids` [1, n] (GREEDY's length,
+    the end of text ignored), with the model's other inputs (a part's tensors)."""
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        **inputs,
+        max_new_tokens=GREEDY.max_tokens,
+        min_new_tokens=GREEDY.max_tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    return [int(t) for t in out[0, ids.shape[1] :]]
+
+
 TINY = {
     "hidden_size": 64,
     "intermediate_size": 128,
