@@ -5,6 +5,9 @@ a random pick from the prompt when sampling with a seed), then an EOS token.
 It keeps a fake paged KV store of token ids and reads every sequence's context
 back through its block table, so a wrong table (a bad prefix hit, a block
 reused too early) changes the reply or fails loudly, as a real model would.
+Reading it all back each step costs a token the sequence's length; a runner that
+must cost nothing (bench/host_app.py) sets `reads_back=False` and reads a
+sequence's context once, at its first step.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class FakeRunner:
     block_size: int = 16
     script: Script = reverse_script
     step_delay_s: float = 0.0
+    reads_back: bool = True  # check each step that the KV store holds the whole sequence
     num_steps: int = 0
     is_asleep_at: int = 0  # the sleep level, 0 while awake
     _seqs: dict[str, _FakeSeq] = field(default_factory=dict)
@@ -94,18 +98,21 @@ class FakeRunner:
 
     def _sample(self, chunk: SeqChunk, end: int) -> int:
         """The token after the first `end` positions of the chunk's sequence."""
-        context = tuple(self._slots[self._slot(chunk, pos)] for pos in range(end))
         seq = self._seqs.get(chunk.seq_id)
         if seq is None:
+            context = self._context(chunk, end)
             reply = list(self.script(context, chunk.params, chunk.seed))
             seq = _FakeSeq(prompt_ids=context, params=chunk.params, seed=chunk.seed, reply=reply)
             self._seqs[chunk.seq_id] = seq
-        elif context != seq.prompt_ids + tuple(seq.sampled):
+        elif self.reads_back and self._context(chunk, end) != seq.prompt_ids + tuple(seq.sampled):
             raise ValueError(f"{chunk.seq_id}: the KV cache does not hold the sequence's tokens")
         idx = len(seq.sampled)
         token = seq.reply[idx] if idx < len(seq.reply) else self.eos_token_id
         seq.sampled.append(token)
         return token
+
+    def _context(self, chunk: SeqChunk, end: int) -> tuple[int, ...]:
+        return tuple(self._slots[self._slot(chunk, pos)] for pos in range(end))
 
     def release(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)
