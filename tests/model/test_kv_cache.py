@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,41 @@ def test_hash_chain_depends_on_every_earlier_token_and_the_salt() -> None:
     b = block_hashes([0, 2, 3, 4, 5, 6, 7, 8], 4, None)
     assert len(a) == 2 and a[1] != b[1]
     assert block_hashes([1, 2, 3, 4], 4, "tenant-a") != block_hashes([1, 2, 3, 4], 4, "tenant-b")
+
+
+@given(
+    tokens=st.lists(st.integers(0, 50), min_size=0, max_size=40),
+    cut=st.integers(0, 10),
+    span=st.tuples(st.integers(0, 40), st.integers(1, 8)),
+)
+def test_a_chain_extended_from_known_blocks_is_the_whole_chain(
+    tokens: list[int], cut: int, span: tuple[int, int]
+) -> None:
+    spans = [(span[0], span[0] + span[1], "image-hash")]
+    whole = block_hashes(tokens, 4, "salt", spans)
+    known = block_hashes(tokens[: cut * 4], 4, "salt", spans)
+    assert block_hashes(tokens, 4, "salt", spans, known=known) == whole
+
+
+def test_a_growing_sequence_hashes_each_block_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Committing after every token hashes each full block once (the chain is kept), not
+    the whole chain again each time a block fills."""
+    from atom.model.scheduling import kv_blocks
+
+    digests: list[bytes] = []
+    digest = kv_blocks._digest
+    monkeypatch.setattr(kv_blocks, "_digest", lambda data: digests.append(data) or digest(data))
+    kv = KVCacheManager(num_blocks=64, block_size=4)
+    tokens = list(range(1, 6))
+    kv.acquire_prefix("a", tokens, None)  # the prompt's one full block below its last token
+    kv.allocate("a", len(tokens))
+    for token in range(100, 140):
+        kv.commit("a", tokens, len(tokens), None)
+        tokens.append(token)
+        kv.allocate("a", len(tokens))
+    num_blocks = (len(tokens) - 1) // 4
+    assert len(digests) == 1 + num_blocks  # the chain's root, then each block once
+    assert kv._chains["a"] == block_hashes(tokens[: num_blocks * 4], 4, None)
 
 
 def test_freed_blocks_stay_cached_until_evicted_least_recently_used() -> None:

@@ -43,15 +43,22 @@ Span = tuple[int, int, Hashable]  # (first position, end, key): an image in the 
 
 
 def block_hashes(
-    token_ids: Sequence[int], block_size: int, salt: Hashable, spans: Sequence[Span] = ()
+    token_ids: Sequence[int],
+    block_size: int,
+    salt: Hashable,
+    spans: Sequence[Span] = (),
+    *,
+    known: Sequence[int] = (),
 ) -> list[int]:
     """The hash chain of every full block of `token_ids`: 64-bit blake2b digests, the same
     in every process (the disk tier and KV events outlive one). A block that overlaps a
     span (an image's placeholder tokens, atom/vocabulary/images.py) also hashes the
-    span's key: the same placeholders with another image behind them are another prefix."""
-    hashes: list[int] = []
-    parent = _digest(repr(("atom-kv", salt)).encode())
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
+    span's key: the same placeholders with another image behind them are another prefix.
+    `known`: the chain of the first blocks, found before from the same tokens; only the
+    blocks after them are hashed (a growing sequence hashes each block once)."""
+    hashes = list(known)
+    parent = hashes[-1] if hashes else _digest(repr(("atom-kv", salt)).encode())
+    for start in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
         stop = start + block_size
         link = parent.to_bytes(8, "little") + array("q", token_ids[start:stop]).tobytes()
         keys = tuple(k for first, end, k in spans if first < stop and end > start) if spans else ()

@@ -69,6 +69,8 @@ class KVCacheManager:
         self._cached: dict[int, int] = {}  # hash → block id
         self._tables: dict[str, list[int]] = {}
         self._num_hashed: dict[str, int] = {}  # full blocks of a seq already registered
+        # the hash chain of a seq's full blocks found so far (commit extends it)
+        self._chains: dict[str, list[int]] = {}
         self._stale: set[str] = set()  # live seqs computed on replaced weights: never cached
         self._copies: list[tuple[int, int]] = []  # (source, destination) blocks: see fork
         self._spill = spill
@@ -144,6 +146,7 @@ class KVCacheManager:
                 table.append(block_id)
             if loaded and self._on_change is not None:
                 self._tell_stored(loaded, hashes, token_ids)
+            self._chains[seq_id] = hashes
         self._tables[seq_id] = table
         self._num_hashed[seq_id] = len(table)
         return len(table) * self.block_size
@@ -239,7 +242,11 @@ class KVCacheManager:
         num_full = min(num_computed // self.block_size, len(table))
         if num_full <= done:
             return
-        hashes = block_hashes(token_ids[: num_full * self.block_size], self.block_size, salt, spans)
+        known = self._chains.get(seq_id, ())[:num_full]
+        hashes = block_hashes(
+            token_ids[: num_full * self.block_size], self.block_size, salt, spans, known=known
+        )
+        self._chains[seq_id] = hashes
         stored: list[int] = []  # indexes of the blocks cached now
         for idx in range(done, num_full):
             block = self._blocks[table[idx]]
@@ -292,6 +299,7 @@ class KVCacheManager:
             table.append(block.block_id)
         self._tables[child] = table
         self._num_hashed[child] = min(self._num_hashed[parent], num_full)
+        self._chains[child] = self._chains.get(parent, [])[:num_full]
         if parent in self._stale:
             self._stale.add(child)
         return True
@@ -311,6 +319,7 @@ class KVCacheManager:
         """Drop `seq_id`'s references; tail blocks go to the free list first (evicted first)."""
         table = self._tables.pop(seq_id, [])
         self._num_hashed.pop(seq_id, None)
+        self._chains.pop(seq_id, None)
         self._stale.discard(seq_id)
         for block_id in reversed(table):
             block = self._blocks[block_id]
