@@ -15,7 +15,7 @@ from atom.model.catalog import ModelKind
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.pooling import PoolingRuntime
 from atom.model.runner import Runtime
-from atom.model.vision.prompter import ImagePrompter
+from atom.model.vision.prompter import MediaPrompter
 from atom.model.whisper.runtime import WhisperRuntime
 from atom.projections.responses_store import ResponsesStore
 from atom.vocabulary.tenant import EVERYONE, Tenant
@@ -43,7 +43,7 @@ class EngineCore:
     read_lora: Callable[[str, str], LoraAdapter] | None = None
     lora: str | None = None  # set on the core a request naming an adapter gets (Registry.core)
     tenant: Tenant = EVERYONE  # set on the core a request gets: whose stored state it reads
-    images: ImagePrompter | None = None  # a vision-language model's (Runtime's); None: text
+    images: MediaPrompter | None = None  # a vision-language model's (Runtime's); None: text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

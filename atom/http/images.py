@@ -16,7 +16,7 @@ from atom.actors.cores import EngineCore
 from atom.http.audio_parts import load_audio
 from atom.http.media import FetchFirst, MediaPolicy, load_image, web_media_to_fetch
 from atom.http.videos import load_video
-from atom.model.vision.prompter import ImagePrompter, ImageRefused
+from atom.model.vision.prompter import ImageRefused, MediaPrompter
 from atom.text.prompt import TemplateControls, render_chat
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.images import PromptImage
@@ -67,7 +67,7 @@ def image_prompt(
         raise InvalidRequest(str(exc), param="messages") from None
 
 
-def _load(source: ImageSource, policy: MediaPolicy, prompter: ImagePrompter) -> Any:
+def _load(source: ImageSource, policy: MediaPolicy, prompter: MediaPrompter) -> Any:
     """The part `source` names, read and decoded (a clip at most as long as the model
     hears and --max-audio-seconds allows)."""
     if source.kind == "video":
@@ -80,7 +80,7 @@ def _load(source: ImageSource, policy: MediaPolicy, prompter: ImagePrompter) -> 
 
 def _prompter(
     core: EngineCore, policy: MediaPolicy, sources: Sequence[ImageSource]
-) -> ImagePrompter:
+) -> MediaPrompter:
     """The model's prompter, when it reads images and these are few enough."""
     if core.images is None:
         param = sources[0].param

@@ -19,7 +19,7 @@ from atom.vocabulary.images import PromptImage
 if TYPE_CHECKING:
     from atom.model.kv_tier import DiskTier
     from atom.model.lora.adapter import LoraAdapter
-    from atom.model.vision.prompter import ImagePrompter
+    from atom.model.vision.prompter import MediaPrompter
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,5 +151,5 @@ class Runtime:
     # when it does not fit); None when the model's forward cannot apply adapters.
     read_lora: Callable[[str, str], LoraAdapter] | None = None
     # A vision-language model's prompt builder (conversations with images); None: text only.
-    images: ImagePrompter | None = None
+    images: MediaPrompter | None = None
     disk: DiskTier | None = None  # the prefix cache's disk tier (--prefix-cache-dir)

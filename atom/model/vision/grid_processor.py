@@ -12,7 +12,7 @@ import torch
 
 
 class GridProcessor:
-    """The processor calls ImagePrompter makes: an image's (or a video's) patches, and
+    """The processor calls MediaPrompter makes: an image's (or a video's) patches, and
     its placeholder repeated once per merged patch of its grid."""
 
     def __init__(

@@ -10,7 +10,7 @@ from typing import Any
 from atom.model.vision.encoder import VisionEncoder
 from atom.model.vision.families import MediaFamily, media_family
 from atom.model.vision.grid_processor import GridProcessor
-from atom.model.vision.prompter import ImagePrompter, Mark
+from atom.model.vision.prompter import Mark, MediaPrompter
 from atom.model.vision.text_view import TextView, vision_half
 
 
@@ -19,7 +19,7 @@ class VisionParts:
     """What a vision- or audio-language model adds to a text model's runtime."""
 
     encoder: VisionEncoder  # runs in the runner's step
-    prompter: ImagePrompter  # runs in the request's planning thread
+    prompter: MediaPrompter  # runs in the request's planning thread
 
 
 def read_model(folder: Path, dtype: Any) -> tuple[Any, Any | None]:
@@ -65,7 +65,7 @@ def vision_forward(
     encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
     config = vlm.config
     scale = getattr(getattr(config, "vision_config", None), "tokens_per_second", None)
-    prompter = ImagePrompter(
+    prompter = MediaPrompter(
         processor,
         _marks(processor, config, family),
         merge=int(config.vision_config.spatial_merge_size) if family.mrope else None,

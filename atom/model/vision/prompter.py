@@ -1,7 +1,7 @@
 """A conversation's images, videos and audio clips → prompt token ids and PromptImages,
 by the model's own processor. Runs in the request's planning thread.
 
-The chat template (`ImagePrompter.chat_template`, atom/text/prompt.py renders it)
+The chat template (`MediaPrompter.chat_template`, atom/text/prompt.py renders it)
 writes each part as the processor's placeholder token for its kind; each placeholder is
 then replaced by the token run the processor expands it to (for LLaVA N copies of the
 image token; other families frame them with text tokens; a Qwen2-VL video one token per
@@ -40,7 +40,7 @@ class Mark:
 ARGUMENTS = {"image": "images", "video": "videos", "audio": "audio"}
 
 
-class ImagePrompter:
+class MediaPrompter:
     def __init__(
         self,
         processor: Any,
