@@ -27,7 +27,7 @@ from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
 from atom.model.sampling.sampler import prompt_logprobs, sample
 from atom.model.scheduling.kv_blocks import BlockMoves
-from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.encoder import MediaEncoder
 from atom.model.vision.placement import ImageRows
 
 
@@ -53,7 +53,7 @@ class TorchRunner:
         max_loras: int = 1,
         max_lora_rank: int = 16,
         lora_kernel: Callable[..., None] | None = None,
-        vision: VisionEncoder | None = None,
+        vision: MediaEncoder | None = None,
         disk: DiskTier | None = None,
     ) -> None:
         """`vision`: a vision-language model's encoder (chunks with images need one);

@@ -13,7 +13,7 @@ from atom.model.vision.families import MediaFamily
 from atom.vocabulary.images import PromptImage
 
 
-class VisionEncoder:
+class MediaEncoder:
     """`vision`: the module with `get_image_features` (text_view.vision_half), or its
     audio counterpart."""
 

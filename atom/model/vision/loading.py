@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.encoder import MediaEncoder
 from atom.model.vision.families import MediaFamily, media_family
 from atom.model.vision.grid_processor import GridProcessor
 from atom.model.vision.prompter import Mark, MediaPrompter
@@ -18,7 +18,7 @@ from atom.model.vision.text_view import TextView, vision_half
 class VisionParts:
     """What a vision- or audio-language model adds to a text model's runtime."""
 
-    encoder: VisionEncoder  # runs in the runner's step
+    encoder: MediaEncoder  # runs in the runner's step
     prompter: MediaPrompter  # runs in the request's planning thread
 
 
@@ -62,7 +62,7 @@ def vision_forward(
         raise ValueError("multimodal models run on ATOM's forward: use --model-impl auto")
     view = TextView(vlm)
     forward = own_forward(view, "atom", kernels=kernels)
-    encoder = VisionEncoder(vision_half(vlm), family, view.dtype)
+    encoder = MediaEncoder(vision_half(vlm), family, view.dtype)
     config = vlm.config
     scale = getattr(getattr(config, "vision_config", None), "tokens_per_second", None)
     prompter = MediaPrompter(

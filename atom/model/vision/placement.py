@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from atom.model.runner import SeqChunk
-from atom.model.vision.encoder import VisionEncoder
+from atom.model.vision.encoder import MediaEncoder
 from atom.model.vision.rope import rope_positions
 from atom.vocabulary.images import PromptImage
 
@@ -23,7 +23,7 @@ Key = tuple[str, int]  # (sequence, the image's first placeholder position)
 class ImageRows:
     """Owned by the runner; called from its one worker thread."""
 
-    def __init__(self, encoder: VisionEncoder) -> None:
+    def __init__(self, encoder: MediaEncoder) -> None:
         self._encoder = encoder
         self._rows: dict[Key, torch.Tensor] = {}
 
