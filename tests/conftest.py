@@ -118,6 +118,9 @@ def _speech_template(cache_dir: str) -> WhisperRuntime:
     for name in ("encoder_attention_heads", "decoder_attention_heads"):
         setattr(config, name, 2)
     config.d_model, config.encoder_ffn_dim, config.decoder_ffn_dim = 16, 32, 32
+    # Its windows say garbage: each is decoded at six temperatures (the fallback ladder,
+    # atom/model/whisper/decoding.py), so a short context keeps each try short.
+    config.max_target_positions = 64
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(config).eval()
     return whisper_runtime(model, folder, num_slots=2)

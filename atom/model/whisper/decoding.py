@@ -25,7 +25,6 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 WINDOW_SECONDS = 30.0
 SECONDS_PER_TIMESTAMP = 0.02
 MAX_INITIAL_TIMESTAMP = 50  # the first timestamp is at most 1.0 s
-MAX_PREVIOUS = 223  # prompt tokens a window may carry (half the context, as OpenAI's)
 # OpenAI's transcribe thresholds (its defaults, faster-whisper's too)
 TEMPERATURE_STEP = 0.2  # a request at temperature 0 retries a failed window this much higher
 MAX_COMPRESSION_RATIO = 2.4
@@ -96,7 +95,8 @@ class WindowDecode:
 
     def first_feed(self) -> list[int]:
         """The prompt up to `<|startoftranscript|>` (the rest follows its logits)."""
-        previous = self.task.previous[-MAX_PREVIOUS:]
+        # the earlier text a window carries: under half its context (OpenAI's 223 of 448)
+        previous = self.task.previous[-(self.max_tokens // 2 - 1) :]
         head = [self.tokens.start_of_previous, *previous] if previous else []
         feed = [*head, self.tokens.start_of_transcript]
         self.fed = len(feed)
