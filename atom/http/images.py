@@ -113,9 +113,15 @@ def image_part(url: str, origin: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}, ORIGIN: origin}
 
 
+def audio_part(input_audio: dict[str, Any], origin: str) -> dict[str, Any]:
+    """A chat `input_audio` part for a clip of another API's body (Responses), with the
+    field that held it there."""
+    return {"type": "input_audio", "input_audio": input_audio, ORIGIN: origin}
+
+
 def take_origins(messages: list[dict[str, Any]]) -> dict[str, str]:
-    """Remove the ORIGIN keys of a translated chat body's image parts: chat field → the
-    field of the body the client sent."""
+    """Remove the ORIGIN keys of a translated chat body's image (and audio) parts: chat
+    field → the field of the body the client sent."""
     fields: dict[str, str] = {}
     for m_idx, message in enumerate(messages):
         content = message.get("content")

@@ -17,8 +17,9 @@ from atom.actors.cores import EngineCore
 from atom.http import chat
 from atom.http.adapter import Planned
 from atom.http.errors import parse
-from atom.http.images import image_part, named_as, take_origins
+from atom.http.images import audio_part, image_part, named_as, take_origins
 from atom.http.responses_schemas import (
+    AudioPart,
     FunctionCallItem,
     FunctionCallOutputItem,
     ImagePart,
@@ -140,21 +141,24 @@ def _add_item(messages: list[dict[str, Any]], i: int, item: Item) -> None:
 
 
 def _content(i: int, item: MessageItem) -> str | list[dict[str, Any]]:
-    """A message item's content: its text, or text and image parts when it has images."""
+    """A message item's content: its text, or text and media parts when it has images or
+    audio clips."""
     if isinstance(item.content, str):
         return item.content
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(item.content):
+        param = f"input.{i}.content.{j}"
         if isinstance(part, ImagePart):
-            param = f"input.{i}.content.{j}"
             if part.image_url is None:
                 raise InvalidRequest(
                     f"{param}: only image_url images are served (no file_id)", param=param
                 )
             parts.append(image_part(part.image_url, param))
+        elif isinstance(part, AudioPart):
+            parts.append(audio_part(part.input_audio.model_dump(), param))
         else:
             parts.append({"type": "text", "text": part.text})
-    if any(part["type"] == "image_url" for part in parts):
+    if any(part["type"] != "text" for part in parts):
         return parts
     return "".join(part["text"] for part in parts)
 

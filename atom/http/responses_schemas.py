@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from atom.http.schemas import JsonSchemaSpec, RoutedBody, _Body
+from atom.http.schemas import InputAudio, JsonSchemaSpec, RoutedBody, _Body
 
 
 class TextPart(_Body):
@@ -27,10 +27,15 @@ class ImagePart(_Body):
     detail: Literal["auto", "low", "high"] | None = None
 
 
+class AudioPart(_Body):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
 class MessageItem(_Body):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[TextPart | ImagePart]
+    content: str | list[TextPart | ImagePart | AudioPart]
     id: str | None = None
     status: str | None = None
 

@@ -46,6 +46,9 @@ def audio_url(url: str) -> dict[str, Any]:
     return {"type": "audio_url", "audio_url": {"url": url}}
 
 
+TEXT = {"type": "input_text", "text": "What is said?"}  # a Responses text part
+
+
 def asking(*parts: dict[str, Any]) -> dict[str, Any]:
     content = [*parts, {"type": "text", "text": "What is said?"}]
     return {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0}
@@ -95,6 +98,13 @@ async def test_a_clip_answers_alike_from_every_source(served: tuple[str, Path], 
     )
     answer = official.choices[0].message.content
     assert answer and official.usage is not None and official.usage.prompt_tokens > 875
+    responded = await client.responses.create(
+        model="af3",
+        input=[{"role": "user", "content": [input_audio(clip), TEXT]}],  # type: ignore[list-item]
+        temperature=0,
+        max_output_tokens=4,
+    )
+    assert responded.output_text == answer  # the same conversation through Responses
     async with httpx.AsyncClient(base_url=url, timeout=120) as http_client:
         for part in (
             audio_url("data:audio/wav;base64," + base64.b64encode(clip).decode()),
@@ -108,9 +118,9 @@ async def test_a_clip_answers_alike_from_every_source(served: tuple[str, Path], 
                 assert r.json()["choices"][0]["message"]["content"] == answer
     events = [e.event for e in read_log(tmp / "requests.jsonl")]
     refs = [e.images for e in events if isinstance(e, RequestAccepted)]
-    assert [r[0].kind for r in refs] == ["audio"] * 5
-    assert [r[0].num_tokens for r in refs] == [875] * 4 + [25]
-    assert len({r[0].sha256 for r in refs[:4]}) == 1  # the same sound, however it came
+    assert [r[0].kind for r in refs] == ["audio"] * 6
+    assert [r[0].num_tokens for r in refs] == [875] * 5 + [25]
+    assert len({r[0].sha256 for r in refs[:5]}) == 1  # the same sound, however it came
     received = next(e for e in events if isinstance(e, RequestReceived))
     logged = received.body["messages"][0]["content"][0]["input_audio"]["data"]
     assert logged.startswith("base64,(omitted: ") and len(logged) < 200
@@ -149,5 +159,10 @@ async def test_refused_clips_name_their_part(served: tuple[str, Path]) -> None:
         assert (
             image.status_code == 400 and "takes no image parts" in image.json()["error"]["message"]
         )
+        bad = {"type": "input_audio", "input_audio": {"data": "*", "format": "wav"}}
+        body = {"input": [{"role": "user", "content": [TEXT, bad]}], "max_output_tokens": 4}
+        refused = await client.post("/v1/responses", json=body)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "input.0.content.1"
         again = await client.post(CHAT, json=asking(input_audio(sound(1.0))))
         assert again.status_code == 200, again.text
