@@ -52,6 +52,7 @@ class Level:
     tokens: int
     seconds: float
     tokens_per_s: float
+    tokens_per_chunk: float  # streamed tokens over SSE events (role, usage and [DONE] too)
     ttft_p50_ms: float
     ttft_p99_ms: float
     steps: int
@@ -73,8 +74,8 @@ def body(parsers: bool) -> bytes:
     return json.dumps(payload).encode()
 
 
-async def one_request(port: int, request: bytes) -> tuple[float, int]:
-    """(seconds to the first token, completion tokens) of one streamed chat."""
+async def one_request(port: int, request: bytes) -> tuple[float, int, int]:
+    """(seconds to the first token, completion tokens, SSE events) of one streamed chat."""
     began = time.perf_counter()
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
@@ -89,12 +90,12 @@ async def one_request(port: int, request: bytes) -> tuple[float, int]:
                     ttft = time.perf_counter() - began
     match = USAGE.findall(bytes(received[-4096:]))
     assert ttft is not None and match, bytes(received[:300])
-    return ttft, int(match[-1])
+    return ttft, int(match[-1]), received.count(b"\ndata: ") + received.startswith(b"data: ")
 
 
 async def run_level(
     port: int, concurrency: int, rounds: int, payload: bytes
-) -> tuple[float, list[float], int]:
+) -> tuple[float, list[float], int, int]:
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
@@ -102,20 +103,21 @@ async def run_level(
     ).encode()
     request = head + payload
     ttfts: list[float] = []
-    tokens = 0
+    tokens = chunks = 0
 
     async def client() -> None:
-        nonlocal tokens
+        nonlocal tokens, chunks
         for _ in range(rounds):
-            ttft, num = await one_request(port, request)
+            ttft, num, num_chunks = await one_request(port, request)
             ttfts.append(ttft)
             tokens += num
+            chunks += num_chunks
 
     began = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(client)
-    return time.perf_counter() - began, ttfts, tokens
+    return time.perf_counter() - began, ttfts, tokens, chunks
 
 
 def steps(url: str) -> dict[str, float]:
@@ -131,7 +133,7 @@ def cpu_seconds(pid: int) -> float:
 def measure(port: int, pid: int, concurrency: int, rounds: int, parsers: bool) -> Level:
     url = f"http://127.0.0.1:{port}"
     before, cpu_before = steps(url), cpu_seconds(pid)
-    seconds, ttfts, tokens = trio.run(run_level, port, concurrency, rounds, body(parsers))
+    seconds, ttfts, tokens, chunks = trio.run(run_level, port, concurrency, rounds, body(parsers))
     after, cpu = steps(url), cpu_seconds(pid) - cpu_before
     num_steps = int(after["steps"] - before["steps"])
     ttft_ms = sorted(t * 1000 for t in ttfts)
@@ -141,6 +143,7 @@ def measure(port: int, pid: int, concurrency: int, rounds: int, parsers: bool) -
         tokens=tokens,
         seconds=round(seconds, 3),
         tokens_per_s=round(tokens / seconds, 1),
+        tokens_per_chunk=round(tokens / max(chunks, 1), 2),
         ttft_p50_ms=round(statistics.median(ttft_ms), 2),
         ttft_p99_ms=round(ttft_ms[min(len(ttft_ms) - 1, int(len(ttft_ms) * 0.99))], 2),
         steps=num_steps,
@@ -164,7 +167,7 @@ def start_server(
     }
     if parsers:
         env |= {"ATOM_TOOL_CALL_PARSER": "hermes", "ATOM_REASONING_PARSER": "deepseek_r1"}
-    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0"]
+    command = [sys.executable, "-m", "hypercorn", "-k", "trio", "-w", "0", "--backlog", "2048"]
     command += ["-b", f"127.0.0.1:{port}", app]
     proc = subprocess.Popen(
         command, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {server_cpu})

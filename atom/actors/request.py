@@ -77,9 +77,10 @@ class RequestActor:
         self._scope: trio.CancelScope | None = None
         self._cancelled_as: str | None = None  # why `cancel` ended the request
         self._last_sent = trio.current_time()  # when the last Output went out
-        # Around the answer loop: its deadline is a write's stall timeout while one waits
-        # on the socket (one scope a request, not one a write).
+        # Around the answer loop: the stall watchdog cancels it when a write waits on the
+        # socket past --stream-stall-timeout (one scope a request, no timer a write).
         self._stall: trio.CancelScope | None = None
+        self._sending_since: float | None = None  # when the write in progress began
 
     @property
     def request_id(self) -> str:
@@ -98,6 +99,8 @@ class RequestActor:
                     nursery.start_soon(self._watch_disconnect, nursery.cancel_scope)
                     if self._pings_every_s < math.inf:
                         nursery.start_soon(self._keep_alive, self._pings_every_s)
+                    if self._core.stream_stall_timeout_s:
+                        nursery.start_soon(self._watch_stall, self._core.stream_stall_timeout_s)
                     await self._generate()
                     nursery.cancel_scope.cancel()  # the response is complete
             except* AtomError as group:
@@ -169,6 +172,19 @@ class RequestActor:
             if trio.current_time() >= due:
                 self._outbox.poke()
                 due = trio.current_time() + interval
+
+    async def _watch_stall(self, timeout: float) -> None:
+        """Cancel the answer loop's stall scope once a write has waited `timeout` s: it
+        wakes every `timeout` s, or at the pending write's deadline, so a stall is caught
+        on time without a timer moved around every write."""
+        while True:
+            since = self._sending_since
+            if since is None:
+                await trio.sleep(timeout)
+                continue
+            await trio.sleep_until(since + timeout)
+            if self._sending_since == since and self._stall is not None:
+                self._stall.cancel()
 
     async def _answer(self, choices: Sequence[ChoicePipeline]) -> None:
         """Wake once a step or more (or for a keep-alive): the tokens taken since the last
@@ -256,9 +272,9 @@ class RequestActor:
         if output.is_final:
             self._is_done = True  # an http.disconnect from now on is the connection closing
         if self._stall is not None and not output.is_final:
-            self._stall.deadline = trio.current_time() + timeout
+            self._sending_since = trio.current_time()
             await self._respond(output)
-            self._stall.deadline = math.inf
+            self._sending_since = None
         else:  # (a final one: the request has completed, a stall just ends it)
             with trio.move_on_after(timeout) as stall:
                 await self._respond(output)

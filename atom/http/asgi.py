@@ -52,9 +52,15 @@ async def open_responder(send: ASGISend) -> AsyncIterator[Callable[[Output], Awa
             async for output in outputs:
                 await responder.respond(output)
 
+    async def respond(output: Output) -> None:
+        try:  # the writer waits for it: handed over without a trip through the scheduler
+            to_writer.send_nowait(output)
+        except trio.WouldBlock:  # still writing the last one
+            await to_writer.send(output)
+
     async with trio.open_nursery() as nursery, to_writer:
         nursery.start_soon(write_all)
-        yield to_writer.send
+        yield respond
 
 
 def _headers(output: Output) -> list[tuple[bytes, bytes]]:

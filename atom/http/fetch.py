@@ -25,23 +25,36 @@ from trio.lowlevel import RunVar
 from atom.http.media import FETCHED, FetchFirst, MediaPolicy, WebMedia
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
+from atom.vocabulary.on_loop import ON_LOOP, OffLoop
 
 T = TypeVar("T")
 MAX_FETCHES = 16  # web image fetches in flight across the server
+INLINE_PLAN_BYTES = 4096  # a request body this small plans on the event loop
 _FETCHES: RunVar[trio.CapacityLimiter] = RunVar("atom_image_fetches")
 
 
-async def plan_off_loop(settings: Settings, plan: Callable[..., T], *args: object) -> T:
-    """`plan(*args)` in a worker thread, the web images it asks for fetched first."""
+async def plan_off_loop(
+    settings: Settings, plan: Callable[..., T], *args: object, body_bytes: int | None = None
+) -> T:
+    """`plan(*args)` in a worker thread, the web images it asks for fetched first. A
+    body of at most INLINE_PLAN_BYTES (`body_bytes`) plans on the event loop instead,
+    sparing the thread's round trip (atom/vocabulary/on_loop.py: media and grammars
+    send it to the thread all the same)."""
     fetched: dict[str, bytes] = {}
-    for _ in range(2):  # the second pass has every image the first one asked for
-        token = FETCHED.set(MappingProxyType(dict(fetched)))
+    on_loop = body_bytes is not None and body_bytes <= INLINE_PLAN_BYTES
+    for _ in range(3):  # web media fetched, then off the loop, at most once each
+        token, loop_token = FETCHED.set(MappingProxyType(dict(fetched))), ON_LOOP.set(on_loop)
         try:
+            if on_loop:
+                return plan(*args)
             return await trio.to_thread.run_sync(plan, *args)
         except FetchFirst as needed:
             fetched |= await fetch_media(needed.images, MediaPolicy.of(settings))
+        except OffLoop:
+            on_loop = False
         finally:
             FETCHED.reset(token)
+            ON_LOOP.reset(loop_token)
     raise RuntimeError("planning asked again for images it was given")
 
 

@@ -57,7 +57,14 @@ async def serve_generation(
         # Templates, tokenization and grammar validation run off the event loop.
         client_id, tenant = admitted_request_id(scope), tenant_in(scope)
         built = await plan_off_loop(
-            engine.settings, build_request, engine, endpoint, raw, client_id, tenant
+            engine.settings,
+            build_request,
+            engine,
+            endpoint,
+            raw,
+            client_id,
+            tenant,
+            body_bytes=len(raw),
         )
         core, request = built
         if isinstance(request, Output):

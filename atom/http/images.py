@@ -20,6 +20,7 @@ from atom.model.vision.prompter import ImageRefused, MediaPrompter
 from atom.text.prompt import TemplateControls, render_chat
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.images import PromptImage
+from atom.vocabulary.on_loop import off_loop
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +49,7 @@ def image_prompt(
     to_fetch = web_media_to_fetch([(s.url, s.param, s.kind) for s in sources], policy)
     if to_fetch:  # before anything is read or rendered: atom/http/fetch.py
         raise FetchFirst(to_fetch)
+    off_loop()  # media are read and decoded in a worker thread
     loaded = [_load(s, policy, prompter) for s in sources]
     if controls.chat_template is None and prompter.chat_template:
         controls = dataclasses.replace(controls, chat_template=prompter.chat_template)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from atom.projections.histogram import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
 from atom.projections.usage import RequestUsage
 from atom.vocabulary.events import (
     ChoiceFinished,
@@ -35,42 +35,6 @@ from atom.vocabulary.events import (
 # Requests no Batcher runs (pooling, transcriptions): their first event, and their end.
 WHOLE_ENDS = (PoolingFinished, TranscriptionFinished)
 WHOLE_EVENTS = (PoolingRequested, TranscriptionRequested, *WHOLE_ENDS)
-
-# vLLM's buckets, so existing dashboards map over.
-# fmt: off
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-               2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-               50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-# fmt: on
-
-
-@dataclass(slots=True)
-class Histogram:
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    num: int = 0
-
-    def observe(self, value: float) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.buckets) + 1)
-        self.counts[bisect_left(self.buckets, value)] += 1
-        self.total += value
-        self.num += 1
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        counts = self.counts or [0] * (len(self.buckets) + 1)
-        out, running = [], 0
-        for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
-            running += n
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            out.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
-        out.append(f"{name}_sum{{{labels}}} {self.total!r}")
-        out.append(f"{name}_count{{{labels}}} {self.num}")
-        return out
 
 
 class ModelMetrics:
@@ -106,6 +70,9 @@ class ModelMetrics:
     def apply(self, envelope: Envelope, lora: str | None = None) -> None:
         """Fold one event; `lora`: the adapter the request's event is of."""
         event = envelope.event
+        if type(event) is TokensSampled:  # the hot one (a sequence a step): straight there
+            self.on_tokens(envelope, event)
+            return
         if lora is not None:
             self._count_lora(event, lora)
         if isinstance(event, EngineStepped):
@@ -147,15 +114,27 @@ class ModelMetrics:
             self.success["stop"] += 1
             self.e2e.observe(envelope.at - arrived)
 
-    def _on_request_event(self, envelope: Envelope, event: RequestEvent) -> None:
-        rid = event.request_id
-        usage = self._requests.get(rid)
+    def on_tokens(self, envelope: Envelope, event: TokensSampled) -> None:
+        """A step's tokens of one sequence: counted, and its latencies observed."""
+        self._observe(envelope, event.request_id)
+        self.generation_tokens += len(event.token_ids)
+        if event.drafts is not None:
+            self._on_drafts(event.drafts)
+
+    def _observe(self, envelope: Envelope, request_id: str) -> None:
+        """The latencies the event reveals of its request (its first token, a gap)."""
+        usage = self._requests.get(request_id)
         if usage is not None:
             latencies = usage.apply(envelope)
             if latencies.ttft_s is not None:
                 self.ttft.observe(latencies.ttft_s)
             if latencies.inter_token_s is not None:
                 self.itl.observe(latencies.inter_token_s)
+
+    def _on_request_event(self, envelope: Envelope, event: RequestEvent) -> None:
+        rid = event.request_id
+        self._observe(envelope, rid)
+        usage = self._requests.get(rid)
         if isinstance(event, RequestReceived):
             self._requests[rid] = RequestUsage(envelope)
         elif isinstance(event, RequestAccepted):
@@ -164,10 +143,6 @@ class ModelMetrics:
         elif isinstance(event, RequestScheduled):
             self.num_waiting -= 1
             self.num_running += 1
-        elif isinstance(event, TokensSampled):
-            self.generation_tokens += len(event.token_ids)
-            if event.drafts is not None:
-                self._on_drafts(event.drafts)
         elif isinstance(event, ChoiceFinished):
             self.success[event.finish_reason.value] += 1
         elif isinstance(event, RequestReleased) and event.was_scheduled:
@@ -243,6 +218,11 @@ class Metrics:
 
     def apply(self, envelope: Envelope) -> None:
         event = envelope.event
+        if type(event) is TokensSampled:  # the hot one: no adapter or end to note
+            route = self._routes.get(event.request_id)
+            if route is not None:
+                self.model(route.model).on_tokens(envelope, event)
+            return
         if isinstance(event, EngineStepped | EngineIdle):
             self.model(event.model).apply(envelope)
             return

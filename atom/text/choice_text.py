@@ -27,7 +27,9 @@ class ChoiceUpdate:
     logprobs: tuple[TokenText, ...] | None = None
     num_tokens: int = 0  # of the tokens fed, how many the choice took (a stop string's
     # token ends it: the ones after it in the same step are dropped)
-    pieces: tuple[str, ...] = ()  # the text each taken token gave, in order (`text` joined)
+    # the text each taken token gave, in order (`text` joined); empty when the tokens
+    # were decoded at once (the ChoiceText was built without `wants_pieces`)
+    pieces: tuple[str, ...] = ()
 
 
 class ChoiceText:
@@ -39,9 +41,15 @@ class ChoiceText:
     contract)."""
 
     def __init__(
-        self, decoder: Decoder, params: SamplingParams, *, tokens_as_ids: bool = False
+        self,
+        decoder: Decoder,
+        params: SamplingParams,
+        *,
+        tokens_as_ids: bool = False,
+        wants_pieces: bool = False,
     ) -> None:
         self._decoder = decoder
+        self._wants_pieces = wants_pieces  # each token's text (a reasoning parser counts)
         self._tokens_as_ids = tokens_as_ids  # logprobs name tokens "token_id:N"
         self._params = params
         self._detokenizer = IncrementalDetokenizer(
@@ -60,6 +68,11 @@ class ChoiceText:
         """One step's tokens, taken one at a time as steps of one token would be, so a
         stop string ends the choice at the token that completed it: tokens after it in
         the same step (accepted drafts) give no text and no logprobs and are not counted."""
+        if len(token_ids) > 1 and self._takes_whole(finish_reason, logprobs):
+            text = self._detokenizer.push_whole(token_ids)
+            if text is not None:  # (None: a character split at the end, token by token)
+                self.num_tokens += len(token_ids)
+                return ChoiceUpdate(text=text, finish_reason=None, num_tokens=len(token_ids))
         pieces, entries = list[str](), list[TokenText]()
         for i, token in enumerate(token_ids):
             last = i == len(token_ids) - 1
@@ -75,6 +88,19 @@ class ChoiceText:
                     pieces=tuple(pieces),
                 )  # fmt: skip
         return self._push((), finish_reason, logprobs)
+
+    def _takes_whole(
+        self, finish_reason: FinishReason | None, logprobs: Sequence[TokenLogprobs] | None
+    ) -> bool:
+        """Whether a feed of several tokens gives the same text decoded at once: no stop
+        string could end it early, no finish to handle, no logprobs or pieces wanted."""
+        return (
+            finish_reason is None
+            and logprobs is None
+            and not self._wants_pieces
+            and not self._stop.has_stops
+            and self.finish_reason is None
+        )
 
     def _push(
         self,

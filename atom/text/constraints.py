@@ -12,6 +12,8 @@ from typing import Any
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
+from atom.vocabulary.on_loop import off_loop
+
 LLM = llguidance.LLMatcher
 
 
@@ -107,6 +109,7 @@ def strict_object(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _checked(grammar_text: str) -> str:
+    off_loop()  # a grammar's check can take a while: not on the event loop
     error = LLM.validate_grammar(grammar_text)
     if error:
         raise GrammarError(error.strip().splitlines()[0] if error.strip() else error)

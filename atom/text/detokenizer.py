@@ -51,6 +51,21 @@ class IncrementalDetokenizer:
         self._read_offset = len(self._ids)
         return after[len(before) :]
 
+    def push_whole(self, token_ids: Sequence[int]) -> str | None:
+        """Append tokens and return their text if it ends in whole characters; else
+        change nothing and return None (the caller pushes them one at a time, so the
+        text of the tokens before a split character still goes out with them)."""
+        num_ids = len(self._ids)
+        self._ids.extend(token_ids)
+        before = self._decode(self._prefix_offset, self._read_offset)
+        after = self._decode(self._prefix_offset, len(self._ids))
+        if after.endswith("\ufffd") or len(after) <= len(before):
+            del self._ids[num_ids:]
+            return None
+        self._prefix_offset = max(self._read_offset, len(self._ids) - _CONTEXT_TOKENS)
+        self._read_offset = len(self._ids)
+        return after[len(before) :]
+
     def flush(self) -> str:
         """Whatever is still held back, replacement characters included (end of the choice)."""
         before = self._decode(self._prefix_offset, self._read_offset)

@@ -78,7 +78,13 @@ def pipeline_for(
         include_reasoning=text.include_reasoning,
         report_token_ids=plan.shape.return_token_ids,
     )
-    return ChoicePipeline(setup, ChoiceText(decoder, plan.params, tokens_as_ids=text.tokens_as_ids))
+    choice_text = ChoiceText(
+        decoder,
+        plan.params,
+        tokens_as_ids=text.tokens_as_ids,
+        wants_pieces=reasoning_format is not None,  # a token counts as reasoning or not
+    )
+    return ChoicePipeline(setup, choice_text)
 
 
 class ChoicePipeline:

@@ -38,6 +38,10 @@ class StopMatcher:
         self._held = buffer[len(buffer) - keep :] if keep else ""
         return StopResult(text=buffer[: len(buffer) - keep], is_stopped=False)
 
+    @property
+    def has_stops(self) -> bool:
+        return bool(self._stop)
+
     def flush(self) -> str:
         """The held-back tail, at the end of the choice (no stop string completed)."""
         held, self._held = self._held, ""

@@ -94,3 +94,46 @@ def test_choice_text_flushes_held_text_on_length(tokenizer: Any) -> None:
     last = choice.feed([ids[-1]], FinishReason.LENGTH)
     assert "".join(out) + last.text == "abc TH"
     assert last.finish_reason is FinishReason.LENGTH
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("feed", [2, 3, 5])
+def test_feeds_of_several_tokens_give_the_text_token_by_token_gives(
+    tokenizer: Any, text: str, feed: int
+) -> None:
+    """A request that wakes after several steps decodes their tokens at once (no stop
+    strings, logprobs or reasoning parser): the same text, held back at a split character
+    the same way."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    whole = ChoiceText(tokenizer, SamplingParams())
+    single = ChoiceText(tokenizer, SamplingParams())
+    for start in range(0, len(ids), feed):
+        group = ids[start : start + feed]
+        reason = FinishReason.LENGTH if start + feed >= len(ids) else None
+        got = whole.feed(group, reason)
+        one_by_one = "".join(
+            single.feed([t], reason if i == len(group) - 1 else None).text
+            for i, t in enumerate(group)
+        )
+        assert got.text == one_by_one
+        assert got.num_tokens == len(group)
+    assert whole.num_tokens == single.num_tokens == len(ids)
+
+
+def test_a_feed_ending_in_a_split_character_goes_token_by_token(tokenizer: Any) -> None:
+    """The emoji's bytes span tokens: a feed ending inside it still gives the text of the
+    tokens before it at once, as token-by-token feeding does."""
+    head = tokenizer.encode("fox ", add_special_tokens=False)
+    emoji = tokenizer.encode("🙂", add_special_tokens=False)
+    detok = IncrementalDetokenizer(tokenizer)
+    assert detok.push_whole([*head, emoji[0]]) is None  # unchanged: nothing taken
+    choice = ChoiceText(tokenizer, SamplingParams())
+    update = choice.feed([*head, emoji[0]], None)
+    assert update.text == "fox " and update.pieces[-1] == ""  # the split one, held back
+    assert choice.feed(emoji[1:], None).text == "🙂"
+
+
+def test_a_reasoning_parser_gets_each_tokens_piece(tokenizer: Any) -> None:
+    ids = tokenizer.encode(" one two three", add_special_tokens=False)
+    pieces = ChoiceText(tokenizer, SamplingParams(), wants_pieces=True).feed(ids, None).pieces
+    assert len(pieces) == len(ids) and "".join(pieces) == " one two three"

@@ -296,7 +296,7 @@ class Scheduler:
             prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
             output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
             lora=seq.lora,
-            images=tuple(i for i in seq.images if i.positions[0] < end),
+            images=tuple(i for i in seq.images if i.positions[0] < end) if seq.images else (),
         )
 
     def _commit(self, seq: Sequence) -> None:
@@ -331,7 +331,8 @@ class Scheduler:
             # but the last token appended (a finish may cut the run short of them).
             computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft_tokens
             seq.num_computed = min(computed + len(tokens) - 1, len(seq.token_ids) - 1)
-            self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
+            if chunk.num_draft_tokens:
+                self.kv.truncate(seq.seq_id, len(seq.token_ids))  # rejected drafts' blocks
             self._commit(seq)
             if output.finish_reason is not None:  # its blocks stay cached for later hits
                 self._remove(seq.seq_id)

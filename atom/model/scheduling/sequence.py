@@ -93,18 +93,24 @@ class SeqOutput:
 
     @property
     def token_ids(self) -> tuple[int, ...]:
-        return tuple(t.token_id for t in self.tokens)
+        tokens = self.tokens
+        if len(tokens) == 1:
+            return (tokens[0].token_id,)
+        return tuple(t.token_id for t in tokens)
 
     def event(self) -> TokensSampled:
         """What the request's actor and the log are told of it."""
-        seq = self.seq
+        seq, tokens = self.seq, self.tokens
+        logprobs = None
+        if len(tokens) != 1 or tokens[0].logprobs is not None:
+            logprobs = tuple(t.logprobs for t in tokens if t.logprobs) or None
         return TokensSampled(
             request_id=seq.request_id,
             choice_idx=seq.choice_idx,
             token_ids=self.token_ids,
             finish_reason=self.finish_reason,
             num_cached_tokens=seq.num_cached_tokens if self.is_first else None,
-            logprobs=tuple(t.logprobs for t in self.tokens if t.logprobs) or None,
+            logprobs=logprobs,
             prompt_logprobs=self.prompt_logprobs,
             drafts=self.drafts,
         )
