@@ -76,7 +76,7 @@ def _plain_backend(tokenizer: Any) -> Any:
 
 
 @functools.cache
-def _encodes_plainly(cls: type) -> bool:
+def _encodes_plainly(cls: Any) -> bool:  # (a class)
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
