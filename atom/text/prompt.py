@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +74,7 @@ def _plain_backend(tokenizer: Any) -> Any:
     return backend
 
 
-@functools.cache
-def _encodes_plainly(cls: Any) -> bool:  # (a class)
+def _encodes_plainly(cls: type) -> bool:
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
