@@ -7,7 +7,13 @@ import math
 import torch
 
 from atom.model.sampling.logits import RowContext, banned_ids, process
-from atom.model.sampling.sampler import candidates, gumbel_max, sample, truncate_sorted
+from atom.model.sampling.sampler import (
+    candidates,
+    gumbel_max,
+    sample,
+    top_p_whole,
+    truncate_sorted,
+)
 from atom.vocabulary.events import SamplingParams
 from atom.vocabulary.plan import ReasoningBudget
 
@@ -30,14 +36,16 @@ def test_greedy_rows_take_argmax() -> None:
 
 def kept(logits: torch.Tensor, **kw) -> list[list[bool]]:  # type: ignore[no-untyped-def]
     params = [SamplingParams(temperature=1.0, **kw)] * logits.shape[0]
-    values, _, log_mass = candidates(logits, params)
+    found = candidates(logits, params)
+    assert found is not None
+    values, _, log_mass = found
     return torch.isfinite(truncate_sorted(values, params, log_mass)).tolist()
 
 
 def test_top_k_keeps_k_largest_per_row() -> None:
     assert kept(LOGITS, top_k=2) == [[True, True], [True, True]]
-    _, ids, _ = candidates(LOGITS, [SamplingParams(top_k=2)] * 2)
-    assert ids.tolist() == [[1, 2], [3, 0]]
+    found = candidates(LOGITS, [SamplingParams(top_k=2)] * 2)
+    assert found is not None and found[1].tolist() == [[1, 2], [3, 0]]
 
 
 def test_top_p_keeps_smallest_set_reaching_p() -> None:
@@ -47,10 +55,15 @@ def test_top_p_keeps_smallest_set_reaching_p() -> None:
 
 
 def kept_ids(logits: torch.Tensor, params: list[SamplingParams], *, head: bool) -> list[set[int]]:
-    """The token ids top-p (and min-p) keep per row, from the sorted head `candidates`
-    picks or (head=False) from the whole row sorted."""
-    if head:
-        values, ids, log_mass = candidates(logits, params)
+    """The token ids top-p (and min-p) keep per row, as the sampler finds them (a sorted
+    head `candidates` picks, or whole rows binned) or (head=False) from the whole row
+    sorted."""
+    found = candidates(logits, params) if head else None
+    if head and found is None:
+        kept = torch.isfinite(top_p_whole(logits, params))
+        return [set(torch.nonzero(row).flatten().tolist()) for row in kept]
+    if found is not None:
+        values, ids, log_mass = found
     else:
         values, ids = logits.sort(dim=1, descending=True)
         log_mass = logits.logsumexp(dim=1)
@@ -67,18 +80,38 @@ def test_top_p_from_a_sorted_head_keeps_what_a_whole_sort_keeps() -> None:
         params = [SamplingParams(temperature=1.0, top_p=top_p, min_p=min_p)] * 6
         head = kept_ids(logits, params, head=True)
         assert head == kept_ids(logits, params, head=False)
+        found = candidates(logits, params)
         if scale == 8.0:  # peaked: the first head holds it, no sort
-            assert candidates(logits, params)[0].shape[1] == 64
+            assert found is not None and found[0].shape[1] == 64
+        if scale == 1.0:  # flat: no head holds it, the rows are binned
+            assert found is None
         assert all(0 < len(kept) < vocab for kept in head)
+
+
+def test_top_p_over_binned_rows_keeps_what_a_whole_sort_keeps() -> None:
+    """Rows no sorted head holds, banned tokens (-inf) among them, a row whose values
+    all tie, and a row whose largest value holds the whole top-p mass."""
+    torch.manual_seed(1)
+    logits = torch.randn(6, 20000) * torch.tensor([[0.5], [1.0], [2.0], [1.0], [0.0], [1.0]])
+    logits[1, :5000] = float("-inf")
+    logits[3, 7] = 40.0  # alone past top_p
+    for top_p, min_p in [(0.9, 0.0), (0.5, 0.0), (0.7, 0.0002)]:
+        params = [SamplingParams(temperature=1.0, top_p=top_p, min_p=min_p)] * 6
+        binned = [set(torch.nonzero(r).flatten().tolist()) for r in torch.isfinite(
+            top_p_whole(logits, params))]  # fmt: skip
+        assert binned[:4] + binned[5:] == (
+            kept_ids(logits[[0, 1, 2, 3, 5]], params[:5], head=False)
+        )
+        assert len(binned[4]) == round(top_p * 20000)  # ties: any of them, as many as a sort
+        assert binned[3] == {7}
 
 
 def test_top_p_looks_past_a_head_that_does_not_hold_the_mass() -> None:
     logits = torch.zeros(2, 5000)  # flat: top-p 0.5 keeps 2,500 tokens, past both heads
     params = [SamplingParams(temperature=1.0, top_p=0.5)] * 2
-    values, _, log_mass = candidates(logits, params)
-    assert values.shape[1] == 5000 and log_mass is not None
+    assert candidates(logits, params) is None
     kept = kept_ids(logits, params, head=True)
-    assert kept == kept_ids(logits, params, head=False) and 2400 < len(kept[0]) < 2600
+    assert all(len(row) == 2500 for row in kept)
 
 
 def test_min_p_drops_tokens_below_a_share_of_the_top_one() -> None:

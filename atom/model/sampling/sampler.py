@@ -49,17 +49,20 @@ def truncate_sorted(
     return values
 
 
-HEADS = (64, 1024)  # the sorted heads top-p tries before it sorts a whole row
+HEADS = (64, 1024)  # the sorted heads top-p tries before it bins whole rows
+NUM_BINS = 4096  # top-p over a whole row: its values binned, only the cut's bin sorted
+SPAN = 64.0  # the logit range below a row's largest that the bins cover
 
 
 def candidates(
     scaled: torch.Tensor, params: Sequence[SamplingParams]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
     """(values, token ids, the rows' log-mass when the values are only their sorted head)
     for rows that share one candidate rule (see `_rule`): the k_max largest (partial
     sort) when all have top-k; for top-p the smallest sorted head that holds every row's
-    top-p mass (what lies past it is cut anyway), the whole row sorted only when no head
-    does; else the vocabulary in its own order."""
+    top-p mass (what lies past it is cut anyway), None when no head does (`top_p_whole`
+    cuts the whole rows; a vocabulary no larger than a head is sorted); else the
+    vocabulary in its own order."""
     rule = _rule(params[0])
     if rule == "top_k":
         values, ids = scaled.topk(min(scaled.shape[1], max(p.top_k or 0 for p in params)), dim=1)
@@ -76,10 +79,44 @@ def candidates(
                 return values, ids, log_mass
             if bool((held < top_ps / 2).any()):
                 break  # a flat row: a larger head would rarely hold it either
-        values, ids = scaled.sort(dim=1, descending=True)
-        return values, ids, log_mass
+        if scaled.shape[1] <= HEADS[-1]:  # a small vocabulary: sorted whole at once
+            values, ids = scaled.sort(dim=1, descending=True)
+            return values, ids, log_mass
+        return None
     vocab = torch.arange(scaled.shape[1], device=scaled.device).expand_as(scaled)
     return scaled, vocab, None
+
+
+def top_p_whole(scaled: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+    """Top-p, then min-p, over whole rows in vocabulary order (cut tokens -inf), with no
+    sort of a row: each row's values go into NUM_BINS equal bins from its largest down,
+    the bins' masses say in which bin the top-p mass is reached, the bins above it are
+    kept and those below cut, and only that bin's few tokens are sorted to place the cut
+    in it. It keeps what a whole sort keeps (up to float rounding in the sums)."""
+    device, inf = scaled.device, float("inf")
+    log_mass = scaled.logsumexp(dim=1, keepdim=True)
+    probs = (scaled - log_mass).exp()
+    top = scaled.max(dim=1, keepdim=True).values
+    # (the bins span the values above top - SPAN; lower ones, banned -inf ones among them,
+    # share the last bin, where a cut is rare: such tokens hold no mass to speak of)
+    low = scaled.clamp(min=top - SPAN).amin(dim=1, keepdim=True)
+    width = ((top - low) / NUM_BINS).clamp(min=torch.finfo(scaled.dtype).tiny)
+    bins = ((top - scaled) / width).clamp(max=NUM_BINS - 1).long()  # 0: the largest values
+    mass = torch.zeros(scaled.shape[0], NUM_BINS, device=device).scatter_add_(1, bins, probs)
+    reached = mass.cumsum(dim=1)
+    top_ps = torch.tensor([p.top_p for p in params], device=device)[:, None]
+    cut_bin = (reached < top_ps).sum(dim=1, keepdim=True).clamp(max=NUM_BINS - 1)
+    above = reached.gather(1, cut_bin) - mass.gather(1, cut_bin)  # the bins before it
+    in_cut = bins == cut_bin
+    values, ids = scaled.masked_fill(~in_cut, -inf).topk(int(in_cut.sum(dim=1).max()), dim=1)
+    bin_probs = (values - log_mass).exp()
+    keep = ((above + bin_probs.cumsum(dim=1) - bin_probs) < top_ps) & torch.isfinite(values)
+    keep[:, 0] |= cut_bin[:, 0] == 0  # a row's most likely token is always kept
+    kept = (bins < cut_bin) | torch.zeros_like(in_cut).scatter_(1, ids, keep)
+    if any(p.min_p > 0.0 for p in params):
+        min_ps = torch.tensor([p.min_p for p in params], device=device)[:, None]
+        kept &= probs >= min_ps * (top - log_mass).exp()
+    return scaled.masked_fill(~kept, -inf)
 
 
 def _rule(p: SamplingParams) -> str:
@@ -99,8 +136,9 @@ def sample(
 
     Cost: an argmax for an all-greedy batch without logprobs; a partial sort when every
     sampling row has top-k, or (top-p) when a sorted head of 64 or 1024 holds the rows'
-    top-p mass; a full sort only when none does. Everything stays on the logits' device
-    until one copy to the host at the end (the ids, and the logprobs where asked)."""
+    top-p mass; when none does, the rows binned by value and one bin sorted. Everything
+    stays on the logits' device until one copy to the host at the end (the ids, and the
+    logprobs where asked)."""
     logits = logits.float()
     device = logits.device
     tokens = logits.argmax(dim=1)
@@ -127,10 +165,14 @@ def _draw(
             groups.setdefault(_rule(p), []).append(row)
     for rule, rows in groups.items():
         group = [params[r] for r in rows]
-        values, ids, log_mass = candidates(scaled[rows], group)
-        kept = truncate_sorted(values, group, log_mass)
-        if rule != "vocab":  # back to vocabulary order: the noise belongs to token ids
-            kept = torch.full_like(scaled[rows], float("-inf")).scatter_(1, ids, kept)
+        found = candidates(scaled[rows], group)
+        if found is None:  # top-p past every sorted head
+            kept = top_p_whole(scaled[rows], group)
+        else:
+            values, ids, log_mass = found
+            kept = truncate_sorted(values, group, log_mass)
+            if rule != "vocab":  # back to vocabulary order: the noise belongs to token ids
+                kept = torch.full_like(scaled[rows], float("-inf")).scatter_(1, ids, kept)
         drawn[rows] = gumbel_max(kept, [generators[r] for r in rows])
     return drawn
 
