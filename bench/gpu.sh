@@ -18,6 +18,7 @@ WHEELS=(
   structlog gguf llguidance==1.9.1
   pydantic pydantic-core annotated-types typing-inspection
   transformers==5.24.0
+  pytest pluggy iniconfig
 )
 
 fetch() {
@@ -40,6 +41,10 @@ run() {
   local out="${OUT:-bench/results}" day
   day="$(date +%F)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/$day-gpu-device.txt"
+  # the Triton decode kernel compiled, bfloat16 too, against the gathering path (the
+  # suite's conftest is for the CPU: it asks for Triton's interpreter)
+  python3 -m pytest -q --noconftest -p no:cacheprovider tests/model/test_triton_decode.py \
+    | tee "$out/$day-gpu-kernel-tests.txt"
   for shape in 135m 1b; do
     python3 -m bench.gpu --shape "$shape" --concurrency 1 16 64 \
       --out "$out/$day-gpu-$shape.json" --markdown "$out/$day-gpu-$shape.md"

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+# Triton kernels run under Triton's interpreter where no NVIDIA GPU is: it must be asked
+# for before anything imports triton (torch may, on its own), so here, first of all
+# (tests/model/test_triton_decode.py).
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hypercorn.trio
 import pytest

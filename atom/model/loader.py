@@ -113,6 +113,7 @@ def load_runtime(
     each rank process passes its own `rank`."""
     import torch
 
+    from atom.model.forward.attention import decode_kernel, decode_name
     from atom.model.forward.kernels import cpu_ops
     from atom.model.kv_tier import DiskTier, fingerprint
     from atom.model.paged_cache import kv_bytes_per_block
@@ -156,7 +157,7 @@ def load_runtime(
         num_blocks=num_blocks,
         block_size=settings.block_size,
         tokenizer=loaded.tokenizer,
-        decode_kernel=None if ops is None else ops.paged_decode,
+        decode_kernel=decode_kernel(ops, device, kv_dtype),
         kv_dtype=getattr(torch, kv_dtype),
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
@@ -174,6 +175,7 @@ def load_runtime(
         "quantization": describe(settings.quantization, forms),
         "model_impl": "transformers" if model is loaded.model else "atom",
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
+        "decode_attention": decode_name(ops, device, kv_dtype),
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
         **({"media": ",".join(built.vision.prompter.kinds)} if built.vision else {}),

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -178,6 +179,26 @@ class KernelDecode:
             KERNEL_OFF if scoring.softcap is None else scoring.softcap,
             **scales,
         )
+
+
+def decode_kernel(ops: Any, device: str, kv_dtype: str) -> Callable[..., Any] | None:
+    """What reads a decode step's K/V in place from the paged cache: the CPU kernel, or
+    on CUDA the Triton one (atom/model/forward/triton_decode.py) where triton is
+    installed and the cache is not int8; None: the gathering path (any device)."""
+    if ops is not None:
+        return ops.paged_decode  # type: ignore[no-any-return]
+    if not device.startswith("cuda") or kv_dtype == "int8" or find_spec("triton") is None:
+        return None
+    from atom.model.forward.triton_decode import paged_decode
+
+    return paged_decode
+
+
+def decode_name(ops: Any, device: str, kv_dtype: str) -> str:
+    """The start-up log's name for `decode_kernel`'s choice."""
+    if ops is not None:
+        return "cpu_kernel"
+    return "gather" if decode_kernel(ops, device, kv_dtype) is None else "triton"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
