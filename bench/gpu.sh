@@ -41,10 +41,10 @@ run() {
   local out="${OUT:-bench/results}" day
   day="$(date +%F)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/$day-gpu-device.txt"
-  # the Triton decode kernel compiled, bfloat16 too, against the gathering path (the
-  # suite's conftest is for the CPU: it asks for Triton's interpreter)
+  # the Triton kernels compiled, bfloat16 too, against the gathering path and TorchOps
+  # (the suite's conftest is for the CPU: it asks for Triton's interpreter)
   python3 -m pytest -q --noconftest -p no:cacheprovider tests/model/test_triton_decode.py \
-    | tee "$out/$day-gpu-kernel-tests.txt"
+    tests/model/test_triton_layer.py | tee "$out/$day-gpu-kernel-tests.txt" || echo "kernel tests failed"
   for shape in 135m 1b; do
     python3 -m bench.gpu --shape "$shape" --concurrency 1 16 64 \
       --out "$out/$day-gpu-$shape.json" --markdown "$out/$day-gpu-$shape.md"

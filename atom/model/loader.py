@@ -115,6 +115,7 @@ def load_runtime(
 
     from atom.model.forward.attention import decode_kernel, decode_name
     from atom.model.forward.kernels import cpu_ops
+    from atom.model.forward.operators import ops_name
     from atom.model.kv_tier import DiskTier, fingerprint
     from atom.model.paged_cache import kv_bytes_per_block
     from atom.model.parallel import TensorParallelRunner, start_ranks
@@ -176,6 +177,7 @@ def load_runtime(
         "model_impl": "transformers" if model is loaded.model else "atom",
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "decode_attention": decode_name(ops, device, kv_dtype),
+        "layer_ops": ops_name(model),
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
         **({"media": ",".join(built.vision.prompter.kinds)} if built.vision else {}),

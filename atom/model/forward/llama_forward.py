@@ -31,7 +31,7 @@ from atom.model.forward.attention import (
     attend_written,
     kernel_caches,
 )
-from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack
+from atom.model.forward.operators import DecodeStack, TorchOps, decode_stack, gpu_ops
 from atom.model.lora.mixing import KernelRows, LoraStep
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
@@ -215,12 +215,14 @@ class LlamaForward(nn.Module):
 
 def own_forward(model: Any, implementation: str, kernels: Any = None) -> Any:
     """`model` itself, or the ATOM forward over its weights, per `--model-impl`
-    (`kernels`: the CPU kernels module for its small operators; None: torch's)."""
+    (`kernels`: the CPU kernels module for its small operators; None: Triton's on a
+    CUDA device where triton is installed, else torch's)."""
     if implementation == "transformers":
         return model
     reason = unsupported_reason(model)
     if reason is None:
-        return LlamaForward(model, kernels or TorchOps).eval()
+        device = next(model.parameters()).device
+        return LlamaForward(model, kernels or gpu_ops(device) or TorchOps).eval()
     if implementation == "atom":
         raise ValueError(f"--model-impl atom cannot run this model: {reason}")
     return model

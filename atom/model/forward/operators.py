@@ -2,13 +2,15 @@
 decode path.
 
 `TorchOps` writes each operator with torch's own (any device and dtype); the CPU
-kernels module (`atom.model.forward.kernels`) has the same three functions as single calls.
+kernels module (`atom.model.forward.kernels`) has the same three functions as single calls,
+and `TritonOps` (`atom.model.forward.triton_layer`) as single launches on a CUDA device.
 `DecodeStack` runs every layer of a kernel decode step in one call of the kernels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from typing import Any
 
 import torch
@@ -32,6 +34,8 @@ STACK_ROWS = 64  # decode steps of up to this many tokens run as one DecodeStack
 class TorchOps:
     """The fused operators of a layer written with torch's own (any device and dtype).
     `atom.model.forward.kernels` provides the same three functions as single CPU calls."""
+
+    OPS_NAME = "torch"
 
     @staticmethod
     def add_rms_norm(
@@ -76,6 +80,24 @@ class TorchOps:
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         half = gate_up.shape[-1] // 2
         return F.silu(gate_up[:, :half]) * gate_up[:, half:]
+
+
+def gpu_ops(device: torch.device) -> Any | None:
+    """`TritonOps` (atom/model/forward/triton_layer.py) on a CUDA device where triton is
+    installed; else None."""
+    if device.type != "cuda" or find_spec("triton") is None:
+        return None
+    from atom.model.forward.triton_layer import TritonOps
+
+    return TritonOps
+
+
+def ops_name(model: Any) -> str:
+    """What runs the small operators of a loaded model, for the start-up log."""
+    ops = getattr(model, "ops", None)
+    if ops is None:
+        return "transformers"  # not ATOM's forward
+    return getattr(ops, "OPS_NAME", "cpu_kernels")  # (the kernels module has none)
 
 
 @dataclass(frozen=True, slots=True)
