@@ -32,6 +32,7 @@ from atom.log.crash_ring import CrashRing
 from atom.log.shared_responses import SharedResponses
 from atom.log.writer import RequestLogger
 from atom.model.catalog import ModelKind, ModelSpec, served_models
+from atom.model.heap import collect_less_often
 from atom.projections.metrics import METRIC_EVENTS, Metrics
 from atom.projections.responses_store import ResponsesStore
 from atom.vocabulary.config import Settings
@@ -251,6 +252,7 @@ class Engine:
             if self._on_drained is not None:
                 nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()
+            collect_less_often()  # a served token's short-lived objects: atom/model/heap.py
             device = DeviceThread()  # loads the start-up models, then runs every model call
             if self.settings.profile_dir:
                 self.profiler = Profiler(self.settings.profile_dir, device, self.phases)

@@ -1,6 +1,6 @@
 """The process's memory: the C heap's free pages given back, the weights the kernels
-stream put on 2 MB pages, and the objects of loaded models kept out of the garbage
-collector's full passes."""
+stream put on 2 MB pages, the objects of loaded models kept out of the garbage
+collector's full passes, and its young passes made rarer while serving."""
 
 from __future__ import annotations
 
@@ -43,6 +43,20 @@ def freeze_heap() -> None:
     still freed when their last reference goes."""
     gc.collect()
     gc.freeze()
+
+
+GC_FIRST_GENERATION = 10_000  # allocations between young collections (Python's: 700)
+
+
+def collect_less_often() -> None:
+    """Run the cyclic collector's young passes every GC_FIRST_GENERATION net allocations,
+    not 700. A streamed token makes a few dozen short-lived objects (events, records, a
+    chunk), nearly all freed by their reference counts; at 700 the collector ran so often,
+    and its passes over the older generations with it, that it took 5-15 % of a busy
+    event loop: 16,774 tokens/s at c=256 became 20,619 (`python -m bench.host`'s server,
+    docs/performance.md, "The garbage collector"). What reference cycles there are (Trio's
+    tasks and cancellations) are still collected, later."""
+    gc.set_threshold(GC_FIRST_GENERATION, *gc.get_threshold()[1:])
 
 
 def thaw_heap() -> None:

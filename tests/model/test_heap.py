@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from atom.model.heap import HUGE_PAGE, freeze_heap, loading, onto_huge_pages, thaw_heap
+from atom.model.heap import (
+    GC_FIRST_GENERATION,
+    HUGE_PAGE,
+    collect_less_often,
+    freeze_heap,
+    loading,
+    onto_huge_pages,
+    thaw_heap,
+)
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -96,3 +104,12 @@ def test_a_load_pauses_the_collector_and_freezes_what_it_made() -> None:
     with pytest.raises(ValueError), loading():  # a failed load: the collector back on
         raise ValueError("no weights here")
     assert gc.isenabled()
+
+
+def test_serving_collects_the_young_generation_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        collect_less_often()
+        assert gc.get_threshold() == (GC_FIRST_GENERATION, *before[1:])
+    finally:
+        gc.set_threshold(*before)
