@@ -194,6 +194,7 @@ class Engine:
         self._stop_process()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        collect_less_often()  # a served token's short-lived objects: atom/model/heap.py
         try:
             await self._run(task_status)
         except Exception:
@@ -252,7 +253,6 @@ class Engine:
             if self._on_drained is not None:
                 nursery.start_soon(self._drain_on_signal, nursery)
             task_status.started()
-            collect_less_often()  # a served token's short-lived objects: atom/model/heap.py
             device = DeviceThread()  # loads the start-up models, then runs every model call
             if self.settings.profile_dir:
                 self.profiler = Profiler(self.settings.profile_dir, device, self.phases)
