@@ -273,8 +273,10 @@ class RequestActor:
             self._is_done = True  # an http.disconnect from now on is the connection closing
         if self._stall is not None and not output.is_final:
             self._sending_since = trio.current_time()
-            await self._respond(output)
-            self._sending_since = None
+            try:
+                await self._respond(output)
+            finally:  # (cancelled by the watchdog too: nothing is being written after)
+                self._sending_since = None
         else:  # (a final one: the request has completed, a stall just ends it)
             with trio.move_on_after(timeout) as stall:
                 await self._respond(output)
