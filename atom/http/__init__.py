@@ -12,18 +12,12 @@ import os
 from collections.abc import MutableMapping
 from typing import Any
 
-from atom.http import accepting
-
 # Before torch loads: OpenMP workers keep spinning between the many small parallel
 # regions of a step (ACTIVE), but only for ~1 s after the last one (the spin
 # count; ACTIVE alone spins for minutes, a whole core of an idle server). Served, it
 # is worth a quarter more tokens/s at c=16 (bench/results/history.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
 os.environ.setdefault("GOMP_SPINCOUNT", "30000000")
-
-# Hypercorn's worker builds its listeners after importing the app: a burst of connections
-# is accepted in one pass of the scheduler, not one a pass (atom/http/accepting.py).
-accepting.install()
 
 
 class ServedApp:

@@ -9,9 +9,11 @@ waits for one connection as trio's does, then takes the others already queued wi
 waiting, and hands them out on the next calls without a checkpoint: `serve_listeners`
 starts a handler for each in the same pass.
 
-Hypercorn builds its listeners as `trio.SocketListener(...)` inside the worker, after it
-imported the application, so `install()` (called when `atom.http` is imported) puts this
-class there: it wraps trio's, which does the waiting accept and the closing.
+Hypercorn builds its listeners as `trio.SocketListener(...)` inside the worker, after
+the application's lifespan start-up, where `create_app` calls `drain_accepts()` (as it
+patches hypercorn's connections: atom/http/connection_guard.py): that name then builds
+a DrainingListener, which wraps trio's listener (a final class) for the waiting accept
+and the closing.
 """
 
 from __future__ import annotations
@@ -67,6 +69,6 @@ class DrainingListener(trio.abc.Listener[trio.SocketStream]):
         await self._listener.aclose()
 
 
-def install() -> None:
+def drain_accepts() -> None:
     """Make `trio.SocketListener(...)` build a DrainingListener (idempotent)."""
     trio.SocketListener = DrainingListener  # type: ignore[misc, assignment]

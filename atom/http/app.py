@@ -40,6 +40,7 @@ from atom.http import (
 )
 from atom.http import batches as batches_routes
 from atom.http import files as files_routes
+from atom.http.accepting import drain_accepts
 from atom.http.access import TENANT_KEY, Access, is_preflight, tenant_in
 from atom.http.admin import ADMIN_PATHS
 from atom.http.asgi import ASGISend
@@ -192,6 +193,7 @@ def create_app(
     """The server. With `on_drained` (the served app's is `exit_drained`), SIGTERM and
     SIGINT drain it (docs/operations.md) and `on_drained` ends the process."""
     guard_connections()  # one connection's error must not end hypercorn's worker
+    drain_accepts()  # a burst of connections accepted in one pass (before the listeners)
     access = Access(settings)  # an empty key fails the start-up
     engine = Engine(settings, load, clock=clock, on_fatal=on_fatal, on_drained=on_drained)
     quart = QuartTrio(__name__)
