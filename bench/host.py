@@ -5,9 +5,11 @@ on one core and streams chat completions to it from this process on the other: w
 it measures is everything ATOM does around a model step. Each level of concurrency
 runs `c` clients, each sending its requests one after the other over a raw socket
 (HTTP/1.1, one connection a request), and reports streamed tokens/s (the usage the
-answers report), time to first token (p50, p99) and the server's host time a step
-(wall time over the steps the runner took). `--parsers` serves a reply with a
-reasoning block and a tool call through `--reasoning-parser deepseek_r1` and
+answers report), tokens a chunk (SSE events), time to first token (p50, p99) and the
+server's host time a step (wall time over the steps the runner took). The server
+listens with a backlog of 2048, as `atom serve` sizes it: hypercorn's default of 100
+drops a c=256 burst's connections, which come back after TCP's retries. `--parsers`
+serves a reply with a reasoning block and a tool call through `--reasoning-parser deepseek_r1` and
 `--tool-call-parser hermes`, each request offering a tool. `--bare` serves hypercorn
 alone, a chunk a token and nothing else (`bench/host_bare_app.py`): the ceiling of any
 server on it that writes a chunk a token. It also reports the server's CPU time a token
