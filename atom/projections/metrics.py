@@ -121,8 +121,9 @@ class ModelMetrics:
         if event.drafts is not None:
             self._on_drafts(event.drafts)
 
-    def _observe(self, envelope: Envelope, request_id: str) -> None:
-        """The latencies the event reveals of its request (its first token, a gap)."""
+    def _observe(self, envelope: Envelope, request_id: str) -> RequestUsage | None:
+        """The latencies the event reveals of its request (its first token, a gap); the
+        request's usage fold, while it runs."""
         usage = self._requests.get(request_id)
         if usage is not None:
             latencies = usage.apply(envelope)
@@ -130,11 +131,11 @@ class ModelMetrics:
                 self.ttft.observe(latencies.ttft_s)
             if latencies.inter_token_s is not None:
                 self.itl.observe(latencies.inter_token_s)
+        return usage
 
     def _on_request_event(self, envelope: Envelope, event: RequestEvent) -> None:
         rid = event.request_id
-        self._observe(envelope, rid)
-        usage = self._requests.get(rid)
+        usage = self._observe(envelope, rid)
         if isinstance(event, RequestReceived):
             self._requests[rid] = RequestUsage(envelope)
         elif isinstance(event, RequestAccepted):

@@ -42,19 +42,16 @@ class IncrementalDetokenizer:
 
     def push(self, token_ids: Sequence[int]) -> str:
         """Append tokens; return the text they complete (empty while a character is split)."""
-        self._ids.extend(token_ids)
-        before = self._decode(self._prefix_offset, self._read_offset)
-        after = self._decode(self._prefix_offset, len(self._ids))
-        if after.endswith("\ufffd") or len(after) <= len(before):
+        text = self.push_whole(token_ids)
+        if text is None:  # held back until the character is whole
+            self._ids.extend(token_ids)
             return ""
-        self._prefix_offset = max(self._read_offset, len(self._ids) - _CONTEXT_TOKENS)
-        self._read_offset = len(self._ids)
-        return after[len(before) :]
+        return text
 
     def push_whole(self, token_ids: Sequence[int]) -> str | None:
         """Append tokens and return their text if it ends in whole characters; else
-        change nothing and return None (the caller pushes them one at a time, so the
-        text of the tokens before a split character still goes out with them)."""
+        change nothing and return None (`push` then holds them back; a feed of several
+        tokens goes one at a time, so the text before a split character goes out)."""
         num_ids = len(self._ids)
         self._ids.extend(token_ids)
         before = self._decode(self._prefix_offset, self._read_offset)
