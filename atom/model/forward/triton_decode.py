@@ -9,7 +9,9 @@ positions a tile of keys at a time (each key's slot from its block's id), scores
 against the group's queries, and keeps a running softmax (its maximum, its sum and the
 weighted V rows) so every K and V row is read once. Sliding windows and soft-capped
 scores are taken as the CPU kernel takes them (0: off). A float32, float16 or bfloat16
-cache; the arithmetic is float32; the output has the queries' dtype. An int8 cache is
+cache; the arithmetic is float32, the products too ("ieee": not the tensor cores'
+TF32, whose 10-bit mantissa would part from the gathering path's float32); the output
+has the queries' dtype. An int8 cache is
 not taken here (the gathering path serves it).
 
 Imported only where it runs: on a CUDA device with `triton` installed, or under
@@ -60,7 +62,7 @@ def _decode(
         new_best = tl.maximum(best, tl.max(scores, axis=1))
         shrink, weights = tl.exp(best - new_best), tl.exp(scores - new_best[:, None])
         v = tl.load(v_ptr + at, mask=kv_ok, other=0.0).to(tl.float32)
-        acc = acc * shrink[:, None] + tl.dot(weights, v)
+        acc = acc * shrink[:, None] + tl.dot(weights, v, input_precision="ieee")
         total, best = total * shrink + tl.sum(weights, axis=1), new_best
     out_at = out_ptr + seq * out_stride_b + heads[:, None] * out_stride_h + dims[None, :]
     tl.store(out_at, (acc / total[:, None]).to(out_ptr.dtype.element_ty), mask=tile_ok)
@@ -70,7 +72,7 @@ def _decode(
 def _scored(q, k, pos_ok, scale, softcap):
     """The queries' scaled scores against a tile of keys, soft-capped (tanh(s / c) * c,
     tanh from the sigmoid) when asked; -inf past the positions attended."""
-    scores = tl.dot(q, tl.trans(k)) * scale
+    scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
     if softcap > 0:
         scores = (2.0 / (1.0 + tl.exp(-2.0 * scores / softcap)) - 1.0) * softcap
     return tl.where(pos_ok[None, :], scores, float("-inf"))
