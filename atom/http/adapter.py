@@ -11,6 +11,7 @@ from typing import Any
 
 from atom.http.schemas import SamplingBody
 from atom.text.parsers import opens_reasoning, reasoning_format
+from atom.text.prompt import encode_text
 from atom.vocabulary.config import Settings
 from atom.vocabulary.errors import InvalidRequest
 from atom.vocabulary.images import PromptImage
@@ -89,7 +90,7 @@ def reasoning_end_ids(
     if not reasoning_parser:
         return ()
     marker = reasoning_format(reasoning_parser, template_kwargs).end_marker
-    return tuple(tokenizer.encode(marker, add_special_tokens=False)) if marker else ()
+    return encode_text(tokenizer, marker, add_special_tokens=False) if marker else ()
 
 
 def reasoning_budget(
@@ -111,7 +112,7 @@ def reasoning_budget(
     if not fmt.end_marker:
         return None
     start = (
-        () if starts_open else tuple(tokenizer.encode(fmt.start_marker, add_special_tokens=False))
+        () if starts_open else encode_text(tokenizer, fmt.start_marker, add_special_tokens=False)
     )
     end = reasoning_end_ids(tokenizer, reasoning_parser, template_kwargs)
     return ReasoningBudget(max_tokens=limit, start_ids=start, end_ids=end)

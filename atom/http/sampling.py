@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atom.http.schemas import SamplingBody
+from atom.text.prompt import encode_text
 from atom.vocabulary.errors import ContextTooLong, InvalidRequest
 from atom.vocabulary.events import SamplingParams
 from atom.vocabulary.plan import BeamSearch, ReasoningBudget
@@ -146,7 +147,7 @@ def _bad_words(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int, ...], .
     sequences: list[tuple[int, ...]] = []
     for word in words:
         for text in (word, " " + word.lstrip()):
-            ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+            ids = encode_text(tokenizer, text, add_special_tokens=False)
             if ids and ids not in sequences:
                 sequences.append(ids)
     return tuple(sequences)

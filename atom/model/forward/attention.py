@@ -181,13 +181,18 @@ class KernelDecode:
         )
 
 
+def runs_triton(device: str) -> bool:
+    """Whether ATOM's Triton kernels run on `device`: a CUDA one, with triton installed."""
+    return device.startswith("cuda") and find_spec("triton") is not None
+
+
 def decode_kernel(ops: Any, device: str, kv_dtype: str) -> Callable[..., Any] | None:
     """What reads a decode step's K/V in place from the paged cache: the CPU kernel, or
     on CUDA the Triton one (atom/model/forward/triton_decode.py) where triton is
     installed and the cache is not int8; None: the gathering path (any device)."""
     if ops is not None:
         return ops.paged_decode  # type: ignore[no-any-return]
-    if not device.startswith("cuda") or kv_dtype == "int8" or find_spec("triton") is None:
+    if kv_dtype == "int8" or not runs_triton(device):
         return None
     from atom.model.forward.triton_decode import paged_decode
 

@@ -10,7 +10,6 @@ and `TritonOps` (`atom.model.forward.triton_layer`) as single launches on a CUDA
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from atom.model.forward.attention import (
     Rows,
     StepMeta,
     kernel_caches,
+    runs_triton,
     write_rows,
 )
 from atom.model.forward.kernels import ProjectionKind
@@ -85,7 +85,7 @@ class TorchOps:
 def gpu_ops(device: torch.device) -> Any | None:
     """`TritonOps` (atom/model/forward/triton_layer.py) on a CUDA device where triton is
     installed; else None."""
-    if device.type != "cuda" or find_spec("triton") is None:
+    if not runs_triton(str(device)):
         return None
     from atom.model.forward.triton_layer import TritonOps
 
