@@ -1,15 +1,18 @@
 """`hypercorn -k trio -w 0 bench.host_bare_app:app`: hypercorn alone, for `python -m
 bench.host --bare`. Every POST streams the same ~400 SSE chunks of a chat completion
 (one token's delta each) and a usage chunk, with no other work: what one process of
-hypercorn's trio worker can write, the ceiling of a server that sends a chunk a token."""
+hypercorn's trio worker can write, the ceiling of a server that sends a chunk a token.
+`HOST_BARE_CHUNKS=2` (`--atom-env`) answers with two chunks: the floor of the bench's
+time to first token at a burst, its client's and hypercorn's own cost."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import MutableMapping
 from typing import Any
 
-NUM_CHUNKS = 400
+NUM_CHUNKS = int(os.environ.get("HOST_BARE_CHUNKS", "400"))
 CHUNK = (
     b'data: {"id":"chatcmpl-0123456789abcdef","object":"chat.completion.chunk",'
     b'"created":1765000000,"model":"SmolLM2-135M-Instruct","choices":[{"index":0,'
