@@ -41,14 +41,18 @@ run() {
   local out="${OUT:-bench/results}" day
   day="$(date +%F)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/$day-gpu-device.txt"
-  # the Triton kernels compiled, bfloat16 too, against the gathering path and TorchOps
-  # (the suite's conftest is for the CPU: it asks for Triton's interpreter)
+  # the Triton kernels compiled, bfloat16 too, against the gathering path and TorchOps,
+  # and a tiny Llama's decode graphs against generate (the suite's conftest is for the
+  # CPU: it asks for Triton's interpreter)
   python3 -m pytest -q --noconftest -p no:cacheprovider tests/model/test_triton_decode.py \
     tests/model/test_triton_layer.py | tee "$out/$day-gpu-kernel-tests.txt" || echo "kernel tests failed"
   for shape in 135m 1b; do
     python3 -m bench.gpu --shape "$shape" --concurrency 1 16 64 \
       --out "$out/$day-gpu-$shape.json" --markdown "$out/$day-gpu-$shape.md"
   done
+  # the default shape once more with every step eager: what the decode graphs give
+  python3 -m bench.gpu --shape 135m --concurrency 1 64 --atom-env ATOM_ENFORCE_EAGER=true \
+    --out "$out/$day-gpu-135m-eager.json" --markdown "$out/$day-gpu-135m-eager.md"
 }
 
 "$@"

@@ -114,8 +114,10 @@ def load_runtime(
     import torch
 
     from atom.model.forward.attention import decode_kernel, decode_name
+    from atom.model.forward.graphs import graph_plan, graphs_name
     from atom.model.forward.kernels import cpu_ops
     from atom.model.forward.operators import ops_name
+    from atom.model.kv_budget import num_kv_blocks
     from atom.model.kv_tier import DiskTier, fingerprint
     from atom.model.paged_cache import kv_bytes_per_block
     from atom.model.parallel import TensorParallelRunner, start_ranks
@@ -144,13 +146,16 @@ def load_runtime(
     loaded, model, forms = built.loaded, built.model, built.forms
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
-    num_blocks = _num_kv_blocks(settings, device, per_block, loaded.max_model_len)
+    num_blocks = num_kv_blocks(settings, device, per_block, loaded.max_model_len)
     disk = None
     if settings.prefix_cache_dir:  # the facts that shape what the cache's blocks hold
         facts = {"dtype": dtype_name, "kv": kv_dtype, "block": settings.block_size,
                  "forms": forms, "own": model is not loaded.model, "device": device}  # fmt: skip
         folder = fingerprint(str(resolve_source(source)), facts)
         disk = DiskTier(settings.prefix_cache_dir, folder, settings.prefix_cache_disk_bytes)
+    kernel, split = decode_kernel(ops, device, kv_dtype), settings.tensor_parallel_size > 1
+    graphs = graph_plan(enforce_eager=settings.enforce_eager, max_num_seqs=settings.max_num_seqs,
+                        device=device, model=model, kernel=kernel, split=split)  # fmt: skip
     local = TorchRunner(
         model,
         eos_token_ids=eos_token_ids(loaded),
@@ -158,16 +163,16 @@ def load_runtime(
         num_blocks=num_blocks,
         block_size=settings.block_size,
         tokenizer=loaded.tokenizer,
-        decode_kernel=decode_kernel(ops, device, kv_dtype),
+        decode_kernel=kernel,
         kv_dtype=getattr(torch, kv_dtype),
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
         lora_kernel=None if ops is None else ops.lora_add,
         vision=None if built.vision is None else built.vision.encoder,
         disk=disk,
+        graph_plan=graphs,
     )
     world = 1 if rank is None else rank.world
-    split = world > 1
     runner = TensorParallelRunner(local, others) if others else local
     description = {
         "source": loaded.source,
@@ -178,6 +183,7 @@ def load_runtime(
         "cpu_kernels": "off" if ops is None else f"on ({ops.kernel_isa()})",
         "decode_attention": decode_name(ops, device, kv_dtype),
         "layer_ops": ops_name(model),
+        "decode_graphs": graphs_name(local.graphs),
         "kv_cache_bytes": str(num_blocks * per_block),
         "kv_cache_dtype": kv_dtype,
         **({"media": ",".join(built.vision.prompter.kinds)} if built.vision else {}),
@@ -365,36 +371,9 @@ def kv_cache_dtype(choice: str, dtype_name: str, forms: Mapping[str, str]) -> st
     return "float16" if quantized and dtype_name == "float32" else dtype_name
 
 
-def _num_kv_blocks(settings: Settings, device: str, per_block: int, max_model_len: int) -> int:
-    """KV blocks in the cache budget; ValueError when one full-length sequence won't fit."""
-    num_blocks = kv_cache_bytes(settings, device) // per_block
-    if num_blocks * settings.block_size < max_model_len:
-        raise ValueError(
-            f"the KV cache holds {num_blocks * settings.block_size} tokens, fewer than "
-            f"max_model_len {max_model_len}: raise --kv-cache-memory-bytes"
-        )
-    return int(num_blocks)
-
-
 def eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
     """The tokenizer's EOS plus every EOS the generation config names."""
     ids = {loaded.tokenizer.eos_token_id}
     configured = getattr(loaded.model.generation_config, "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     return frozenset(int(i) for i in ids if i is not None)
-
-
-CPU_KV_CACHE_BYTES = 2 << 30
-
-
-def kv_cache_bytes(settings: Settings, device: str) -> int:
-    """--kv-cache-memory-bytes if set; on CUDA the --gpu-memory-utilization share of the
-    device left after the weights; on CPU 2 GiB."""
-    import torch
-
-    if settings.kv_cache_memory_bytes:
-        return settings.kv_cache_memory_bytes
-    if device.startswith("cuda"):
-        free, total = torch.cuda.mem_get_info(torch.device(device))
-        return max(0, int(total * settings.gpu_memory_utilization) - (total - free))
-    return CPU_KV_CACHE_BYTES

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import structlog
 import torch
 from torch.profiler import record_function
 
@@ -18,6 +19,7 @@ from atom.model.forward.attention import (
     PrefillSlice,
     StepMeta,
 )
+from atom.model.forward.graphs import DecodeGraphs, GraphPlan
 from atom.model.kv_tier import DiskTier
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.lora.mixing import LoraSlots
@@ -29,6 +31,8 @@ from atom.model.sampling.sampler import prompt_logprobs, sample
 from atom.model.scheduling.kv_blocks import BlockMoves
 from atom.model.vision.encoder import MediaEncoder
 from atom.model.vision.placement import ImageRows
+
+log = structlog.get_logger(__name__)
 
 
 def _trace_range(name: str) -> AbstractContextManager[object]:
@@ -55,9 +59,11 @@ class TorchRunner:
         lora_kernel: Callable[..., None] | None = None,
         vision: MediaEncoder | None = None,
         disk: DiskTier | None = None,
+        graph_plan: GraphPlan | None = None,
     ) -> None:
         """`vision`: a vision-language model's encoder (chunks with images need one);
-        `disk`: the prefix cache's disk tier, which saved blocks are written to."""
+        `disk`: the prefix cache's disk tier, which saved blocks are written to;
+        `graph_plan`: decode steps as CUDA graphs (atom/model/forward/graphs.py)."""
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model: Any = model  # None while asleep at level 2
         self.eos_token_ids = eos_token_ids
@@ -68,18 +74,48 @@ class TorchRunner:
         self._device = param.device
         self._kv_dtype = kv_dtype or param.dtype
         self.kv_cache: PagedCache | None = None  # None while asleep
+        self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
+        self._images = None if vision is None else ImageRows(vision)
+        self._graph_plan = graph_plan if vision is None else None
+        self.graphs: DecodeGraphs | None = None  # None: every step eager
         self._allocate_kv_cache()
         self._generators: dict[str, torch.Generator] = {}
         self.grammars = GrammarMatchers(tokenizer)
-        self._decode_kernel = decode_kernel  # None: decode attention gathers, then SDPA
         self.loras = LoraSlots(max_loras, max_lora_rank, self._device, lora_kernel)
-        self._images = None if vision is None else ImageRows(vision)
         self.disk = disk
 
     def _allocate_kv_cache(self) -> None:
+        scratch = 1 if self._graph_plan is not None else 0  # the graphs' padding rows'
         self.kv_cache = PagedCache(
-            self.model.config, self.num_blocks, self.block_size, self._kv_dtype, self._device
+            self.model.config,
+            self.num_blocks + scratch,
+            self.block_size,
+            self._kv_dtype,
+            self._device,
         )
+        self._capture_graphs()
+
+    def _capture_graphs(self) -> None:
+        """(Again) capture the decode graphs over today's weights and cache; a capture
+        that fails leaves every step eager, said in the log."""
+        plan, kernel, self.graphs = self._graph_plan, self._decode_kernel, None
+        if plan is None or kernel is None or self.kv_cache is None or self.model is None:
+            return
+        graphs = DecodeGraphs(
+            self.model,
+            self.kv_cache.layers,
+            kernel,
+            block_size=self.block_size,
+            max_blocks=-(-self.max_model_len // self.block_size),
+            scratch_block=self.num_blocks,
+            device=self._device,
+        )
+        try:
+            graphs.capture(plan.sizes, plan.capture)
+        except RuntimeError as error:
+            log.warning("decode_graphs_failed", error=str(error))
+            return
+        self.graphs = graphs
 
     def add_lora(self, adapter: LoraAdapter) -> None:
         self.loras.add(adapter)
@@ -90,9 +126,10 @@ class TorchRunner:
     def replace_weights(self, weights: Any) -> None:
         weights.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = weights
+        self._capture_graphs()  # the graphs read the old weights' addresses
 
     def sleep(self, level: int) -> None:
-        self.kv_cache = None
+        self.kv_cache = self.graphs = None
         if level >= 2:
             self.model = None
         elif self._device.type != "cpu":
@@ -213,6 +250,9 @@ class TorchRunner:
 
     def _forward(self, chunks: tuple[SeqChunk, ...], keep: dict[str, list[int]]) -> torch.Tensor:
         """Logits of the kept positions, in `keep` order (one row per kept position)."""
+        graphed = None if self.graphs is None else self.graphs.run(chunks)
+        if graphed is not None:  # a decode step: its rows are the kept ones, in order
+            return graphed
         ids: list[int] = []
         positions: list[int] = []
         wanted: list[int] = []

@@ -53,6 +53,7 @@ class Settings:
     block_size: int = 16
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False  # CUDA: no decode graphs (atom/model/forward/graphs.py)
     enable_prefix_caching: bool = True
     prefix_cache_dir: str | None = None  # a disk tier for the prefix cache (atom/model/kv_tier.py)
     prefix_cache_disk_bytes: int = 10 << 30  # its bound, least recently used out
@@ -259,6 +260,7 @@ HELP = {
     "block_size": "tokens per KV-cache block",
     "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
     "gpu_memory_utilization": "CUDA: share of device memory the process may use",
+    "enforce_eager": "CUDA: run every step eagerly, capturing no decode graphs (vLLM's)",
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
     "prefix_cache_dir": "keep evicted prefix-cache blocks in this folder, across restarts",
     "prefix_cache_disk_bytes": "the most the prefix cache's disk tier holds (default 10 GiB)",

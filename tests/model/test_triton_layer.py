@@ -13,6 +13,7 @@ import transformers
 
 pytest.importorskip("triton")
 
+from atom.model.forward.graphs import GraphPlan, capture_sizes, cuda_capture
 from atom.model.forward.llama_forward import LlamaForward
 from atom.model.forward.operators import TorchOps, gpu_ops, ops_name
 from atom.model.forward.triton_decode import paged_decode
@@ -91,7 +92,7 @@ def test_atoms_forward_on_triton_answers_as_generate() -> None:
     decode through the paged cache; greedy answers token for token as transformers'."""
     reference = tiny_model(transformers.LlamaConfig)
     runner = TorchRunner(
-        LlamaForward(tiny_model(transformers.LlamaConfig), TritonOps).eval(),
+        LlamaForward(tiny_model(transformers.LlamaConfig).to(DEVICE), TritonOps).eval(),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=128,
@@ -100,4 +101,24 @@ def test_atoms_forward_on_triton_answers_as_generate() -> None:
     )
     prompts = PROMPTS[:3]
     ours, _ = run_all(runner, prompts, budget=8)
+    assert ours == [generate(reference, p) for p in prompts]
+
+
+@pytest.mark.skipif(not ON_GPU, reason="a CUDA graph needs a CUDA device")
+def test_decode_graphs_answer_as_generate() -> None:
+    """The same on CUDA with the decode steps captured as graphs and replayed (sizes
+    1 to 8; a small step budget makes steps of every width, and mixed ones)."""
+    reference = tiny_model(transformers.LlamaConfig)
+    runner = TorchRunner(
+        LlamaForward(tiny_model(transformers.LlamaConfig).to(DEVICE), TritonOps).eval(),
+        eos_token_ids=frozenset({0}),
+        max_model_len=256,
+        num_blocks=128,
+        block_size=BLOCK,
+        decode_kernel=paged_decode,
+        graph_plan=GraphPlan(capture_sizes(8), cuda_capture(torch.cuda.graph_pool_handle())),
+    )
+    assert runner.graphs is not None and runner.graphs.sizes == (1, 2, 4, 8)
+    prompts = PROMPTS[:12]
+    ours, _ = run_all(runner, prompts, budget=24)
     assert ours == [generate(reference, p) for p in prompts]
