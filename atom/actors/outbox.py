@@ -53,3 +53,9 @@ class Outbox:
         if not items and self._error is not None:
             raise self._error
         return items
+
+    def take_nowait(self) -> list[Envelope]:
+        """Whatever is pending now, maybe nothing (a closing or a poke is left for
+        `receive_batch`)."""
+        items, self._items = self._items, []
+        return items

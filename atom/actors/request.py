@@ -31,6 +31,7 @@ from atom.vocabulary.errors import AtomError, EngineFailed
 from atom.vocabulary.events import (
     Abort,
     ClientDisconnected,
+    Envelope,
     Event,
     KeepAliveSent,
     RequestAborted,
@@ -64,11 +65,15 @@ class RequestActor:
         *,
         receive: ASGIReceive,
         respond: Callable[[Output], Awaitable[None]],
+        written: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`respond` hands an Output to the server; `written` waits until the last one
+        has been written (None: a `respond` that returns having written it)."""
         self._core = core
         self._request = request
         self._receive = receive
         self._respond = respond  # sends an Output as HTTP (atom/http/asgi.py)
+        self._written = written
         self._renderer = renderer_for(request.received, request.plan.shape)
         self._outbox = Outbox()
         self._is_done = False  # the final bytes have been handed to the server
@@ -189,8 +194,10 @@ class RequestActor:
     async def _answer(self, choices: Sequence[ChoicePipeline]) -> None:
         """Wake once a step or more (or for a keep-alive): the tokens taken since the last
         send through the choices' pipelines in one feed, sent at once or, with
-        --stream-interval, once enough gathered. A write the client does not take in time
-        ends it (the stall scope around it)."""
+        --stream-interval, once enough gathered. Tokens wait while the last send is still
+        being written, and go out together once it is: a client or a loop slower than the
+        Batcher gets fewer, larger chunks, never a backlog of them. A write the client
+        does not take in time ends it (the stall scope around it)."""
         assert self._usage is not None
         held: list[TokensSampled] = []  # taken since the last send
         num_sent = 0  # tokens sent before: the first ones go out at once, as vLLM's
@@ -200,6 +207,8 @@ class RequestActor:
                 # A choice ended without finishing (the engine let the request go): the
                 # request ends by that failure, never as complete.
                 raise EngineFailed("internal error while serving the request")
+            if batch:
+                batch += await self._taken_once_written()
             for envelope in batch:
                 self._usage.apply(envelope)
                 assert isinstance(envelope.event, TokensSampled)
@@ -214,6 +223,18 @@ class RequestActor:
             if events:
                 await self._emit(*events)
             held, num_sent = [], num_sent + num_held
+
+    async def _taken_once_written(self) -> list[Envelope]:
+        """Wait (stall-watched) until the last send has been written; what the Batcher
+        put in the Outbox meanwhile."""
+        if self._written is None:
+            return []
+        self._sending_since = trio.current_time()
+        try:
+            await self._written()
+        finally:
+            self._sending_since = None
+        return self._outbox.take_nowait()
 
     def _pipeline(self, idx: int) -> ChoicePipeline:
         request = self._request

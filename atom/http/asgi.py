@@ -37,30 +37,48 @@ class AsgiResponder:
         )
 
 
+class Writer:
+    """A response's writes, in a task of their own (`open_writer`): `respond` hands an
+    Output over, `written` waits until the last one handed over has been written."""
+
+    def __init__(self, to_writer: trio.MemorySendChannel[Output]) -> None:
+        self._to_writer = to_writer
+        self.was_written = trio.Event()  # set: nothing handed over is still being written
+        self.was_written.set()
+
+    async def respond(self, output: Output) -> None:
+        """Returns once the writer task has taken `output`: at once when it is waiting,
+        else when it has written the one before."""
+        try:  # the writer waits for it: handed over without a trip through the scheduler
+            self._to_writer.send_nowait(output)
+        except trio.WouldBlock:  # still writing the last one
+            await self._to_writer.send(output)
+        if self.was_written.is_set():
+            self.was_written = trio.Event()
+
+    async def written(self) -> None:
+        await self.was_written.wait()
+
+
 @asynccontextmanager
-async def open_responder(send: ASGISend) -> AsyncIterator[Callable[[Output], Awaitable[None]]]:
-    """A `respond` whose sends run in a task of their own, one at a time: it returns once
-    that task has taken the Output, so it waits while the previous one is still being
-    written. Hypercorn shields a socket write from cancellation, so a caller that gives up
-    on a client that stopped reading (`--stream-stall-timeout`) must not be the one
-    writing; leaving waits for the last write, which ends when the client reads or goes."""
+async def open_writer(send: ASGISend) -> AsyncIterator[Writer]:
+    """A Writer whose writes run in a task of their own, one at a time. Hypercorn shields
+    a socket write from cancellation, so a caller that gives up on a client that stopped
+    reading (`--stream-stall-timeout`) must not be the one writing; leaving waits for the
+    last write, which ends when the client reads or goes."""
     responder = AsgiResponder(send)
     to_writer, outputs = trio.open_memory_channel[Output](0)
+    writer = Writer(to_writer)
 
     async def write_all() -> None:
         async with outputs:
             async for output in outputs:
                 await responder.respond(output)
-
-    async def respond(output: Output) -> None:
-        try:  # the writer waits for it: handed over without a trip through the scheduler
-            to_writer.send_nowait(output)
-        except trio.WouldBlock:  # still writing the last one
-            await to_writer.send(output)
+                writer.was_written.set()
 
     async with trio.open_nursery() as nursery, to_writer:
         nursery.start_soon(write_all)
-        yield respond
+        yield writer
 
 
 def _headers(output: Output) -> list[tuple[bytes, bytes]]:

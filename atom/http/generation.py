@@ -22,7 +22,7 @@ from atom.http import chat, completions, messages, ollama, responses
 from atom.http.access import tenant_in
 from atom.http.adapter import Planned
 from atom.http.anthropic_schemas import MessagesRequest
-from atom.http.asgi import AsgiResponder, ASGISend, open_responder
+from atom.http.asgi import AsgiResponder, ASGISend, open_writer
 from atom.http.body import decode_json
 from atom.http.errors import error_bytes, error_headers, parse
 from atom.http.fetch import plan_off_loop
@@ -77,8 +77,11 @@ async def serve_generation(
     if request.plan.shape.background:
         await _start_background(engine, core, request, (receive, send), scope["path"])
         return
-    async with open_responder(send) as respond:
-        await RequestActor(core, request, receive=receive, respond=respond).run()
+    async with open_writer(send) as writer:
+        actor = RequestActor(
+            core, request, receive=receive, respond=writer.respond, written=writer.written
+        )
+        await actor.run()
 
 
 async def _start_background(

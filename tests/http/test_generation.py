@@ -298,6 +298,42 @@ async def test_a_request_sends_once_a_step_whatever_its_choices(tokenizer: Any) 
     assert b"".join(writes) == raw
 
 
+async def test_tokens_sampled_while_a_chunk_is_written_go_out_together(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    """A client slower than the Batcher: each write takes 0.2 s, longer than the whole
+    reply takes to sample. The role chunk's write holds the first tokens back, and
+    everything sampled meanwhile leaves as one content chunk after it, not as a backlog
+    of one chunk per wake; the log replays the bytes sent."""
+    log_path = tmp_path / "requests.jsonl"
+    app = create_app(Settings(request_log=str(log_path)), load=fake_loader(tokenizer))
+    writes: list[bytes] = []
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        async def written_slowly(message: Any) -> None:
+            if scope.get("path") == "/v1/chat/completions" and "body" in message:
+                writes.append(message["body"])
+                await trio.sleep(0.2)
+            await send(message)
+
+        await app(scope, receive, written_slowly)
+
+    async with serving(slow) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await wait_ready(app)
+        async with client.stream(
+            "POST", "/v1/chat/completions", json={**CHAT, "stream": True}
+        ) as r:
+            raw = b"".join([chunk async for chunk in r.aiter_raw()])
+    contents = [
+        c["choices"][0]["delta"]["content"]
+        for c in sse_payloads(raw)[1:-1]
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
+    assert contents == [FAKE_REPLY]
+    assert len(writes) == 3  # the role; the reply and its finish; the usage and [DONE]
+    assert [bytes(r.body) for r in project(read_log(log_path))] == [raw]
+
+
 async def test_a_stream_interval_gathers_tokens_into_one_chunk_that_replays(
     tokenizer: Any, tmp_path: Path
 ) -> None:
