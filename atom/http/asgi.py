@@ -57,7 +57,10 @@ class Writer:
             self.was_written = trio.Event()
 
     async def written(self) -> None:
-        await self.was_written.wait()
+        """Returns once the last Output handed over has been written: at once, with no
+        trip through the scheduler, when it has been."""
+        if not self.was_written.is_set():
+            await self.was_written.wait()
 
 
 @asynccontextmanager

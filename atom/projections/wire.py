@@ -53,6 +53,9 @@ class Output:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+TEXT_MARKER = "\x00atom-text\x00"  # stands for a delta's text in its rendered chunk
+
+
 def dumps(obj: Any) -> bytes:
     return _ENCODER.encode(obj).encode()
 
@@ -89,6 +92,9 @@ class StreamRenderer:
         self._prompts: tuple[tuple[int, ...], ...] = ()  # with return_token_ids
         self._prompt_ids_sent: set[int] = set()  # choices whose prompt ids went out
         self.has_started = False
+        # A plain text delta's chunk around its text, per choice (`_text_chunk`)
+        self._text_frames: dict[int, tuple[bytes, bytes] | None] = {}
+        self._plain_text = not (shape.logprobs or shape.return_token_ids)
 
     def feed(self, event: Event) -> Output | None:
         if isinstance(event, RequestFailed):
@@ -116,6 +122,8 @@ class StreamRenderer:
             role = {"role": "assistant", "content": ""}
             return b"".join(self._chunk(i, role, None) for i in range(event.num_choices))
         if isinstance(event, TextDelta):
+            if self._plain_text:
+                return self._text_chunk(event.choice_idx, event.text)
             delta = {"content": event.text} if self._is_chat else event.text
             logprobs = self._delta_logprobs(event)
             return self._chunk(event.choice_idx, delta, None, logprobs, event.token_ids)
@@ -128,6 +136,22 @@ class StreamRenderer:
             usage = self._envelope([], usage_of(event)) if self._shape.include_usage else None
             return (_sse(usage) if usage else b"") + SSE_DONE
         return None
+
+    def _text_chunk(self, idx: int, text: str) -> bytes:
+        """A text delta's chunk with no logprobs or token ids: the choice's chunk rendered
+        once around a marker, the text's JSON string put in its place (the same bytes as
+        rendering the whole chunk, which it falls back to if the marker is not unique)."""
+        if idx not in self._text_frames:
+            marker = dumps(TEXT_MARKER)
+            whole = self._chunk(
+                idx, {"content": TEXT_MARKER} if self._is_chat else TEXT_MARKER, None
+            )
+            parts = whole.split(marker)
+            self._text_frames[idx] = (parts[0], parts[1]) if len(parts) == 2 else None
+        frame = self._text_frames[idx]
+        if frame is None:
+            return self._chunk(idx, {"content": text} if self._is_chat else text, None)
+        return frame[0] + dumps(text) + frame[1]
 
     def _delta_logprobs(self, event: TextDelta) -> dict[str, Any] | None:
         if not self._shape.logprobs:
