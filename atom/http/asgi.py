@@ -39,28 +39,38 @@ class AsgiResponder:
 
 class Writer:
     """A response's writes, in a task of their own (`open_writer`): `respond` hands an
-    Output over, `written` waits until the last one handed over has been written."""
+    Output over, `written` waits until every Output handed over has been written."""
 
     def __init__(self, to_writer: trio.MemorySendChannel[Output]) -> None:
         self._to_writer = to_writer
-        self.was_written = trio.Event()  # set: nothing handed over is still being written
-        self.was_written.set()
+        self._num_handed = 0  # counted before the hand-over: the writer may be done first
+        self._num_written = 0
+        self._progress = trio.Event()  # set (and replaced) at each write's end
 
     async def respond(self, output: Output) -> None:
         """Returns once the writer task has taken `output`: at once when it is waiting,
         else when it has written the one before."""
+        self._num_handed += 1
         try:  # the writer waits for it: handed over without a trip through the scheduler
             self._to_writer.send_nowait(output)
         except trio.WouldBlock:  # still writing the last one
-            await self._to_writer.send(output)
-        if self.was_written.is_set():
-            self.was_written = trio.Event()
+            try:
+                await self._to_writer.send(output)
+            except BaseException:  # cancelled: not handed over
+                self._num_handed -= 1
+                raise
+
+    def wrote(self) -> None:
+        """The writer task: one more Output written."""
+        self._num_written += 1
+        self._progress.set()
+        self._progress = trio.Event()
 
     async def written(self) -> None:
-        """Returns once the last Output handed over has been written: at once, with no
-        trip through the scheduler, when it has been."""
-        if not self.was_written.is_set():
-            await self.was_written.wait()
+        """Returns once every Output handed over has been written: at once, with no trip
+        through the scheduler, when they have been."""
+        while self._num_written < self._num_handed:
+            await self._progress.wait()
 
 
 @asynccontextmanager
@@ -77,7 +87,7 @@ async def open_writer(send: ASGISend) -> AsyncIterator[Writer]:
         async with outputs:
             async for output in outputs:
                 await responder.respond(output)
-                writer.was_written.set()
+                writer.wrote()
 
     async with trio.open_nursery() as nursery, to_writer:
         nursery.start_soon(write_all)
