@@ -5,7 +5,8 @@ The generation model is a FakeRunner (no forward, no delay) answering every requ
 with the same reply of about `HOST_REPLY_TOKENS` tokens (default 400), the default
 model's tokenizer. With `HOST_PARSERS=1` the reply is a reasoning block, then text,
 then a hermes tool call, for a server started with a reasoning and a tool-call
-parser. `GET /bench/steps` answers how many steps the runner has taken and the seconds
+parser. `HOST_STEP_MS` stands for a device's step time (a sleep, the GIL released;
+default 0). `GET /bench/steps` answers how many steps the runner has taken and the seconds
 spent inside them, so the client can tell host time per step."""
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class HostApp:
             script=lambda prompt_ids, params, seed: reply,
             num_blocks=65536,
             reads_back=False,  # no check costing a token its sequence's length
+            step_delay_s=float(os.environ.get("HOST_STEP_MS", "0")) / 1000,
         )
         self._runner = CountingRunner(runner)
         return Runtime(runner=self._runner, tokenizer=tokenizer, max_model_len=4096)  # type: ignore[arg-type]
