@@ -105,18 +105,23 @@ def decode(seq: str, pos: int, blocks: tuple[int, ...], **fields: object) -> Seq
     )
 
 
-def test_a_step_of_two_rows_pads_a_graph_of_four() -> None:
+def graphs_over(max_blocks: int) -> DecodeGraphs:
+    """Decode graphs over a runner's model and cache, its last block the scratch one."""
     model = runner(None)
     assert model.kv_cache is not None
-    graphs = DecodeGraphs(
+    return DecodeGraphs(
         model.model,
         model.kv_cache.layers,
         cpu_ops().paged_decode,
         block_size=BLOCK,
-        max_blocks=8,
+        max_blocks=max_blocks,
         scratch_block=NUM_BLOCKS - 1,
         device=torch.device("cpu"),
     )
+
+
+def test_a_step_of_two_rows_pads_a_graph_of_four() -> None:
+    graphs = graphs_over(max_blocks=8)
     capture = Rerun()
     graphs.capture((4, 2), capture)
     three = [decode("a", 5, (3, 7)), decode("b", 0, (9,)), decode("c", 2, (1,))]
@@ -130,17 +135,7 @@ def test_a_step_of_two_rows_pads_a_graph_of_four() -> None:
 
 
 def test_steps_a_graph_does_not_run_go_eagerly() -> None:
-    model = runner(None)
-    assert model.kv_cache is not None
-    graphs = DecodeGraphs(
-        model.model,
-        model.kv_cache.layers,
-        cpu_ops().paged_decode,
-        block_size=BLOCK,
-        max_blocks=2,
-        scratch_block=NUM_BLOCKS - 1,
-        device=torch.device("cpu"),
-    )
+    graphs = graphs_over(max_blocks=2)
     graphs.capture((2,), Rerun())
     one = decode("a", 5, (3, 7))
     prefill = SeqChunk(

@@ -91,14 +91,7 @@ def test_atoms_forward_on_triton_answers_as_generate() -> None:
     interpreter): Triton's operators and decode attention, chunked prefill and batched
     decode through the paged cache; greedy answers token for token as transformers'."""
     reference = tiny_model(transformers.LlamaConfig)
-    runner = TorchRunner(
-        LlamaForward(tiny_model(transformers.LlamaConfig).to(DEVICE), TritonOps).eval(),
-        eos_token_ids=frozenset({0}),
-        max_model_len=256,
-        num_blocks=128,
-        block_size=BLOCK,
-        decode_kernel=paged_decode,
-    )
+    runner = triton_runner()
     prompts = PROMPTS[:3]
     ours, _ = run_all(runner, prompts, budget=8)
     assert ours == [generate(reference, p) for p in prompts]
@@ -109,16 +102,22 @@ def test_decode_graphs_answer_as_generate() -> None:
     """The same on CUDA with the decode steps captured as graphs and replayed (sizes
     1 to 8; a small step budget makes steps of every width, and mixed ones)."""
     reference = tiny_model(transformers.LlamaConfig)
-    runner = TorchRunner(
+    plan = GraphPlan(capture_sizes(8), cuda_capture(torch.cuda.graph_pool_handle()))
+    runner = triton_runner(plan)
+    assert runner.graphs is not None and runner.graphs.sizes == (1, 2, 4, 8)
+    prompts = PROMPTS[:12]
+    ours, _ = run_all(runner, prompts, budget=24)
+    assert ours == [generate(reference, p) for p in prompts]
+
+
+def triton_runner(graph_plan: GraphPlan | None = None) -> TorchRunner:
+    """A tiny Llama on ATOM's forward with Triton's operators and decode attention."""
+    return TorchRunner(
         LlamaForward(tiny_model(transformers.LlamaConfig).to(DEVICE), TritonOps).eval(),
         eos_token_ids=frozenset({0}),
         max_model_len=256,
         num_blocks=128,
         block_size=BLOCK,
         decode_kernel=paged_decode,
-        graph_plan=GraphPlan(capture_sizes(8), cuda_capture(torch.cuda.graph_pool_handle())),
+        graph_plan=graph_plan,
     )
-    assert runner.graphs is not None and runner.graphs.sizes == (1, 2, 4, 8)
-    prompts = PROMPTS[:12]
-    ours, _ = run_all(runner, prompts, budget=24)
-    assert ours == [generate(reference, p) for p in prompts]
