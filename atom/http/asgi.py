@@ -51,14 +51,14 @@ class Writer:
         """Returns once the writer task has taken `output`: at once when it is waiting,
         else when it has written the one before."""
         self._num_handed += 1
-        try:  # the writer waits for it: handed over without a trip through the scheduler
-            self._to_writer.send_nowait(output)
-        except trio.WouldBlock:  # still writing the last one
-            try:
+        try:
+            try:  # the writer waits for it: handed over without a trip through the scheduler
+                self._to_writer.send_nowait(output)
+            except trio.WouldBlock:  # still writing the last one
                 await self._to_writer.send(output)
-            except BaseException:  # cancelled: not handed over
-                self._num_handed -= 1
-                raise
+        except BaseException:  # cancelled, or the writer is gone: not handed over
+            self._num_handed -= 1
+            raise
 
     def wrote(self) -> None:
         """The writer task: one more Output written."""
