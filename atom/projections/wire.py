@@ -124,7 +124,7 @@ class StreamRenderer:
         if isinstance(event, TextDelta):
             if self._plain_text:
                 return self._text_chunk(event.choice_idx, event.text)
-            delta = {"content": event.text} if self._is_chat else event.text
+            delta = self._text_delta(event.text)
             logprobs = self._delta_logprobs(event)
             return self._chunk(event.choice_idx, delta, None, logprobs, event.token_ids)
         if isinstance(event, ReasoningDelta | ToolCallStarted | ToolArgumentsDelta):
@@ -143,15 +143,17 @@ class StreamRenderer:
         rendering the whole chunk, which it falls back to if the marker is not unique)."""
         if idx not in self._text_frames:
             marker = dumps(TEXT_MARKER)
-            whole = self._chunk(
-                idx, {"content": TEXT_MARKER} if self._is_chat else TEXT_MARKER, None
-            )
+            whole = self._chunk(idx, self._text_delta(TEXT_MARKER), None)
             parts = whole.split(marker)
             self._text_frames[idx] = (parts[0], parts[1]) if len(parts) == 2 else None
         frame = self._text_frames[idx]
         if frame is None:
-            return self._chunk(idx, {"content": text} if self._is_chat else text, None)
+            return self._chunk(idx, self._text_delta(text), None)
         return frame[0] + dumps(text) + frame[1]
+
+    def _text_delta(self, text: str) -> Any:
+        """A choice's new text as its chunk carries it: chat's delta, or completions' text."""
+        return {"content": text} if self._is_chat else text
 
     def _delta_logprobs(self, event: TextDelta) -> dict[str, Any] | None:
         if not self._shape.logprobs:
