@@ -8,7 +8,7 @@ scheduled sequence: one, or with draft tokens the drafts it accepted and one mor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -83,6 +83,13 @@ class StepPlan:
 def slot_of(block_ids: tuple[int, ...], pos: int, block_size: int) -> int:
     """The flat KV slot of position `pos` in a sequence with this block table."""
     return block_ids[pos // block_size] * block_size + pos % block_size
+
+
+def padded_tables(tables: Sequence[tuple[int, ...]]) -> list[list[int]]:
+    """Block tables as rows of one width, the shorter ones padded with block 0 (a decode
+    kernel reads no block past a row's length)."""
+    width = max(len(table) for table in tables)
+    return [[*table, *[0] * (width - len(table))] for table in tables]
 
 
 class Runner(Protocol):

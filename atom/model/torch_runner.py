@@ -24,7 +24,7 @@ from atom.model.kv_tier import DiskTier
 from atom.model.lora.adapter import LoraAdapter
 from atom.model.lora.mixing import LoraSlots
 from atom.model.paged_cache import PagedCache
-from atom.model.runner import Sampled, SeqChunk, StepPlan, slot_of
+from atom.model.runner import Sampled, SeqChunk, StepPlan, padded_tables, slot_of
 from atom.model.sampling.logits import RowContext, process
 from atom.model.sampling.matchers import GrammarMatchers
 from atom.model.sampling.sampler import prompt_logprobs, sample
@@ -329,8 +329,7 @@ class TorchRunner:
         q_idx = torch.tensor([q for q, _, _ in decodes], device=dev)
         lengths = [n for _, _, n in decodes]
         if self._decode_kernel is not None:
-            width = max(len(c.block_ids) for _, c, _ in decodes)
-            tables = [list(c.block_ids) + [0] * (width - len(c.block_ids)) for _, c, _ in decodes]
+            tables = padded_tables([c.block_ids for _, c, _ in decodes])
             return KernelDecode(
                 q_idx=q_idx,
                 block_tables=torch.tensor(tables, dtype=torch.long, device=dev),

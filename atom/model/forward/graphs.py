@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from atom.model.forward.attention import DecodeKernel, KernelDecode, Rows, StepMeta
-from atom.model.runner import SeqChunk, slot_of
+from atom.model.runner import SeqChunk, padded_tables, slot_of
 
 Forward = Callable[[], torch.Tensor]
 Capture = Callable[[Forward], Forward]  # a graph of `forward`: its replay, same output tensor
@@ -150,11 +150,8 @@ class DecodeGraphs:
         self._scratch = scratch_block
         self._device = device
         self._graphs: dict[int, _Graph] = {}
+        self.sizes: tuple[int, ...] = ()  # those captured, smallest first
         self.capture_s = 0.0
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return tuple(sorted(self._graphs))
 
     def capture(self, sizes: Sequence[int], capture: Capture) -> None:
         """A graph for each size, the largest first (the smaller ones reuse its memory)."""
@@ -164,13 +161,14 @@ class DecodeGraphs:
             self._fill(inputs, [])  # tensors: written in place by any step
             with torch.inference_mode():
                 self._graphs[size] = _Graph(inputs, capture(self._forward_of(inputs)))
+        self.sizes = tuple(sorted(self._graphs))
         self.capture_s = time.perf_counter() - began
 
     def run(self, chunks: Sequence[SeqChunk]) -> torch.Tensor | None:
         """The logits of a decode step's rows [rows, vocab] from the smallest graph that
         holds them; None: not a step a graph runs (it runs eagerly)."""
         num_rows = sum(len(c.token_ids) for c in chunks)
-        size = next((s for s in sorted(self._graphs) if s >= num_rows), None)
+        size = next((s for s in self.sizes if s >= num_rows), None)
         if size is None or not is_graphable(chunks):
             return None
         if any(len(c.block_ids) > self._max_blocks for c in chunks):
@@ -194,10 +192,9 @@ class DecodeGraphs:
         num_pad = size - len(tables)
         fields.extend([(0, 0, self._scratch * bs, 1)] * num_pad)
         tables.extend([(self._scratch,)] * num_pad)
-        width = max(len(table) for table in tables)
-        padded = [[*table, *[0] * (width - len(table))] for table in tables]
+        padded = torch.tensor(padded_tables(tables), dtype=torch.long)
         inputs.fields.copy_(torch.tensor(fields, dtype=torch.long).T, non_blocking=True)
-        inputs.tables[:, :width].copy_(torch.tensor(padded, dtype=torch.long), non_blocking=True)
+        inputs.tables[:, : padded.shape[1]].copy_(padded, non_blocking=True)
 
     def _forward_of(self, inputs: _Inputs) -> Forward:
         fields = inputs.fields
