@@ -17,7 +17,14 @@ from atom.log.codec import read_log
 from atom.log.replay import project, reparse
 from atom.log.rerun import Rerun, recorded_requests, summarize
 from atom.scaling.commands import serve_command
-from atom.vocabulary.config import HELP, Settings, naming, parse_list, setting_fields
+from atom.vocabulary.config import (
+    HELP,
+    Settings,
+    is_switch,
+    naming,
+    parse_list,
+    setting_fields,
+)
 from atom.vocabulary.events import Envelope
 
 
@@ -40,10 +47,8 @@ def parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         value = json.dumps(list(default)) if isinstance(default, tuple) else default
         shown = "" if default is None else f"; default: {value}"
-        # A true/false setting's flag alone means true (`--no-webui`), as vLLM's do.
-        switch: dict[str, Any] = (
-            {"nargs": "?", "const": "true"} if isinstance(default, bool) else {}
-        )
+        # A true/false setting's flag alone means true, as vLLM's do.
+        switch: dict[str, Any] = {"nargs": "?", "const": "true"} if is_switch(f) else {}
         serve.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,

@@ -7,7 +7,10 @@ boundaries (continuous batching). The WaitQueue is bounded (full: Overloaded, a 
 and a request that waits in it longer than `max_queue_wait_s` gets a QueueTimeout (503).
 Between two steps it also changes the model's state for the admin routes (new weights,
 LoRA adapters, sleep, wake-up): jobs run at the step boundary, so a step never sees a
-half-changed runner.
+half-changed runner. With overlapped steps (`overlap`, --async-scheduling) a step of
+decodes is queued on the device thread before the step ahead of it is done, and
+publishing that one's tokens runs while the device works (atom/model/scheduling/ahead.py);
+a step that needs more (a prompt, drafts, a job) waits for an idle device.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from functools import partial
 
 import trio
 
-from atom.actors.batcher_records import Admitted, BatcherStatistics, BoundaryJobs, Queued
-from atom.actors.device import DeviceThread
+from atom.actors.batcher_records import (
+    Admitted,
+    BatcherStatistics,
+    BoundaryJobs,
+    InFlight,
+    Queued,
+)
+from atom.actors.device import DeviceThread, Handoff
 from atom.actors.disk_tier import DiskTierLink
 from atom.actors.idle import IdleWatch
 from atom.actors.model_state import ModelState
@@ -28,6 +37,7 @@ from atom.actors.profiler import Phases
 from atom.actors.wait_queue import WaitQueue
 from atom.model.kv_tier import DiskTier
 from atom.model.runner import Runner, Sampled, StepPlan
+from atom.model.scheduling.ahead import follow
 from atom.model.scheduling.scheduler import Scheduler
 from atom.model.scheduling.sequence import SeqOutput
 from atom.vocabulary.errors import (
@@ -64,6 +74,7 @@ class Batcher(ModelState):
         reject_while_asleep: bool = True,
         phases: Phases | None = None,
         disk: DiskTier | None = None,
+        overlap: bool = False,
     ) -> None:
         self._model = model  # the served name its engine events carry
         self._runner = runner
@@ -80,6 +91,8 @@ class Batcher(ModelState):
         self._device = device  # every runner call happens on this one thread
         self._disk = None if disk is None else DiskTierLink(disk, scheduler, device)
         self._num_steps = 0
+        self._overlap = overlap  # --async-scheduling: plan a step while the device runs one
+        self._ahead: InFlight | None = None  # the step planned ahead, queued on the device
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
         self._jobs = BoundaryJobs(wake=lambda: self._wake.set())  # model-state changes
@@ -87,8 +100,7 @@ class Batcher(ModelState):
         self.sleep_level = 0  # POST /sleep's level from the ask to the wake-up; 0: awake
         self.is_asleep = False  # the runner has freed its cache (and maybe its weights)
         self._reject_while_asleep = reject_while_asleep  # else requests wait in the queue
-        # The loop's phases for a profile (atom/actors/profiler.py); a no-op while none runs.
-        self._phase = partial((phases or Phases()).enter, f"batcher {model}")
+        self._phase = partial((phases or Phases()).enter, f"batcher {model}")  # for a profile
 
     # --- called by request actors (same Trio thread) ---------------------------
 
@@ -115,8 +127,8 @@ class Batcher(ModelState):
 
     @property
     def is_idle(self) -> bool:
-        """Nothing queued or running: stopping now cuts no request."""
-        return not self._queue and not self._running
+        """Nothing queued or running, no step under way: stopping now cuts nothing."""
+        return not self._queue and not self._running and self._ahead is None
 
     def statistics(self) -> BatcherStatistics:
         return BatcherStatistics(
@@ -139,40 +151,56 @@ class Batcher(ModelState):
 
     async def _loop(self) -> None:
         while True:
-            await self._jobs.run_due(is_running=bool(self._running))
+            await trio.lowlevel.checkpoint_if_cancelled()  # (a step under way runs out)
+            if self._ahead is None:  # the device is idle: a step boundary
+                await self._jobs.run_due(is_running=bool(self._running))
+                self._apply_reset()
             self._apply_aborts()
-            self._apply_reset()
             self._admit()
-            if self._disk is not None:
-                await self._disk.fetch()
-            self._phase("schedule")
-            plan = self._scheduler.schedule(await self._drafts())
-            if not plan.chunks:
+            step = self._ahead or await self._next_step()
+            if step is None:
                 await self._rest()
                 continue
-            stats = self._scheduler.stats
+            self._ahead = self._step_ahead(step) if self._overlap else None
             self._phase("model step")
-            sampled = await self._device.run_sync(self._runner.step, plan)
+            sampled = await step.running.result()
             self._phase("delivery")
-            self._num_steps += 1
-            self._published_usage = self._scheduler.kv.usage
-            self._record(plan, sampled)
-            self._publish(
-                EngineStepped(
-                    model=self._model,
-                    num_tokens=plan.num_tokens,
-                    num_seqs=len(plan.chunks),
-                    kv_cache_usage=self._scheduler.kv.usage,
-                    num_preemptions=stats.num_preemptions,
-                    prefix_cache_queries=stats.prefix_cache_queries,
-                    prefix_cache_hits=stats.prefix_cache_hits,
-                    prefix_cache_disk_hits=stats.prefix_cache_disk_hits,
-                    **(self._disk.step_counts() if self._disk is not None else {}),
-                )
-            )
+            self._record(step, sampled)
             self._phase("between steps")
             self.idle.changed()
             # (request actors take the step's tokens while the device runs the next one)
+
+    async def _next_step(self) -> InFlight | None:
+        """Plan a step and start it on the device thread; None if there is nothing to do."""
+        if self._disk is not None:
+            await self._disk.fetch()
+        self._phase("schedule")
+        plan = self._scheduler.schedule(await self._drafts())
+        if not plan.chunks:
+            return None
+        return InFlight(plan, self._scheduler.stats, self._device.start(self._runner.step, plan))
+
+    def _step_ahead(self, step: InFlight) -> InFlight | None:
+        """With overlapped steps: plan the step after `step` and queue it behind `step`
+        on the device thread (atom/model/scheduling/ahead.py), unless the next boundary
+        has work that needs an idle device (a model-state job, a prefix-cache reset, the
+        disk tier, drafts) or the Scheduler cannot plan it ahead."""
+        if self._jobs.is_due(is_running=bool(self._running)) or self._is_reset_asked:
+            return None
+        if self._disk is not None or self._scheduler.proposer is not None:
+            return None
+        plan = self._scheduler.schedule_ahead(step.plan)
+        if plan is None:
+            return None
+        running = self._device.start(self._step_after, step.running, plan)
+        return InFlight(plan, self._scheduler.stats, running)
+
+    def _step_after(
+        self, before: Handoff[Mapping[str, tuple[Sampled, ...]]], plan: StepPlan
+    ) -> Mapping[str, tuple[Sampled, ...]]:
+        """Device thread: a step planned ahead, with the tokens of the step `before` it
+        (which this thread has just run)."""
+        return self._runner.step(follow(plan, before.value()))
 
     async def _rest(self) -> None:
         """Nothing to step: say the KV usage if aborts freed blocks, then wait for work."""
@@ -188,9 +216,11 @@ class Batcher(ModelState):
     async def _drafts(self) -> Mapping[str, tuple[int, ...]]:
         """This step's drafts (speculative decoding); a draft model runs on the device."""
         proposer = self._scheduler.proposer
-        if proposer is None or not proposer.runs_a_model:
-            return self._scheduler.propose()
+        if proposer is None:
+            return {}
         requests = self._scheduler.draft_requests()
+        if not proposer.runs_a_model:
+            return proposer.propose(requests)
         return await self._device.run_sync(proposer.propose, requests) if requests else {}
 
     def _apply_reset(self) -> None:
@@ -261,9 +291,12 @@ class Batcher(ModelState):
         if output.finish_reason is not None:
             self._end_choices(request_id, 1)  # the Scheduler removed it
 
-    def _record(self, plan: StepPlan, sampled: Mapping[str, tuple[Sampled, ...]]) -> None:
+    def _record(self, step: InFlight, sampled: Mapping[str, tuple[Sampled, ...]]) -> None:
         """Publish a step's results: a `PromptChunkComputed` for each chunk that stopped
-        short of its prompt's end, then the sampled tokens."""
+        short of its prompt's end, the sampled tokens, then `EngineStepped`."""
+        plan = step.plan
+        self._num_steps += 1
+        self._published_usage = self._scheduler.kv.usage
         for chunk in plan.chunks:
             seq = self._scheduler.seq(chunk.seq_id)
             if chunk.needs_sample or seq is None or not seq.has_blocks:
@@ -279,12 +312,30 @@ class Batcher(ModelState):
         for output in self._scheduler.update(plan, sampled):
             self._deliver(output)
         self._forget_released()
+        stats = step.stats
+        self._publish(
+            EngineStepped(
+                model=self._model,
+                num_tokens=plan.num_tokens,
+                num_seqs=len(plan.chunks),
+                kv_cache_usage=self._scheduler.kv.usage,
+                num_preemptions=stats.num_preemptions,
+                prefix_cache_queries=stats.prefix_cache_queries,
+                prefix_cache_hits=stats.prefix_cache_hits,
+                prefix_cache_disk_hits=stats.prefix_cache_disk_hits,
+                **(self._disk.step_counts() if self._disk is not None else {}),
+            )
+        )
 
     def _forget_released(self) -> None:
         """The runner forgets the sequences the Scheduler removed (finished, aborted,
-        or beams the search dropped)."""
+        or beams the search dropped): at once while the device is idle, else on the
+        device thread after the step planned ahead (which may still hold them)."""
         for seq_id in self._scheduler.take_released():
-            self._runner.release(seq_id)
+            if self._ahead is None:
+                self._runner.release(seq_id)
+            else:
+                self._device.start(self._runner.release, seq_id)
 
     def _end_choices(self, request_id: str, count: int) -> None:
         """`count` choices of a request ended; its last releases the request."""

@@ -3,13 +3,16 @@ reports of itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import outcome
 import trio
 
+from atom.actors.device import Handoff
 from atom.actors.outbox import Outbox
+from atom.model.runner import Sampled, StepPlan
+from atom.model.scheduling.sequence import StepStats
 from atom.vocabulary.events import Submit
 
 
@@ -41,6 +44,9 @@ class BoundaryJob:
     done: trio.Event = field(default_factory=trio.Event)
     result: list[outcome.Outcome[None]] = field(default_factory=list)
 
+    def is_due(self, is_running: bool) -> bool:
+        return not (self.when_idle and is_running)
+
 
 class BoundaryJobs:
     """The model-state changes a Batcher was asked for, waiting for its step boundary:
@@ -59,10 +65,14 @@ class BoundaryJobs:
             await job.done.wait()
         job.result[0].unwrap()
 
+    def is_due(self, *, is_running: bool) -> bool:
+        """Whether `run_due` would run a job now."""
+        return any(job.is_due(is_running) for job in self._jobs)
+
     async def run_due(self, *, is_running: bool) -> None:
         """Every job due now (`when_idle` ones only once no request runs), in order."""
         for job in list(self._jobs):
-            if not (job.when_idle and is_running):
+            if job.is_due(is_running):
                 self._jobs.remove(job)
                 job.result.append(await outcome.acapture(job.run))
                 job.done.set()
@@ -80,3 +90,13 @@ class Admitted:
     submit: Submit
     outbox: Outbox
     num_live_choices: int  # its choices not ended yet
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A step started on the device thread: its plan, what planning it did (for its
+    `EngineStepped`), and its result to come."""
+
+    plan: StepPlan
+    stats: StepStats
+    running: Handoff[Mapping[str, tuple[Sampled, ...]]]

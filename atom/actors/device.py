@@ -37,16 +37,16 @@ class DeviceThread:
     async def run_sync(self, fn: Callable[..., T], *args: object) -> T:
         """Run `fn(*args)` on the device thread; a cancelled caller raises Cancelled
         before it starts, and once started the caller waits for it even when cancelled
-        (a model call cannot be interrupted half way).
-
-        The caller first lets every other runnable task take its turn, then looks: a
-        job done by then (a fast step, or a busy loop) is taken at once, without the
-        trip through Trio's wake-up socket that a waiter costs (a loop iteration)."""
-        handoff: _Handoff[T] = _Handoff(trio.lowlevel.current_trio_token(), fn, args)
+        (a model call cannot be interrupted half way)."""
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller starts nothing
+        return await self.start(fn, *args).result()
+
+    def start(self, fn: Callable[..., T], *args: object) -> Handoff[T]:
+        """Queue `fn(*args)` behind the jobs already queued and return at once; its
+        `Handoff` gives the result (jobs run in the order they were started)."""
+        handoff: Handoff[T] = Handoff(trio.lowlevel.current_trio_token(), fn, args)
         self._jobs.put(handoff.run)
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return await handoff.result()
+        return handoff
 
     def close(self) -> None:
         """Let the thread end after the jobs already queued."""
@@ -61,7 +61,7 @@ class DeviceThread:
                 self.busy_since = None
 
 
-class _Handoff(Generic[T]):
+class Handoff(Generic[T]):
     """One job's result, from the device thread to the Trio task that waits for it."""
 
     def __init__(
@@ -83,7 +83,12 @@ class _Handoff(Generic[T]):
                 self._token.run_sync_soon(done.set)
 
     async def result(self) -> T:
-        """Trio side: the job's result, waiting (shielded) if it is not done yet."""
+        """Trio side: the job's result, waiting (shielded) if it is not done yet.
+
+        It first lets every other runnable task take its turn, then looks: a job done
+        by then (a fast step, or a busy loop) is taken at once, without the trip
+        through Trio's wake-up socket that a waiter costs (a loop iteration)."""
+        await trio.lowlevel.cancel_shielded_checkpoint()
         with self._lock:
             if self._outcome is None:
                 self._done = trio.Event()
@@ -92,3 +97,13 @@ class _Handoff(Generic[T]):
                 await self._done.wait()
         assert self._outcome is not None
         return self._outcome.unwrap()
+
+    def value(self) -> T:
+        """Device thread, in a job started after this one: its result (the caller of
+        `result` still gets it too); a RuntimeError if it failed."""
+        done = self._outcome
+        assert done is not None, "a job read a result before it ran"
+        if isinstance(done, outcome.Error):
+            raise RuntimeError("the job this one follows failed") from done.error
+        assert isinstance(done, outcome.Value)
+        return done.value

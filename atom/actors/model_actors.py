@@ -157,4 +157,13 @@ def _batcher(parts: ActorParts, name: str, runtime: Runtime, device: DeviceThrea
         reject_while_asleep=s.while_asleep == "reject",
         phases=parts.phases,
         disk=runtime.disk,
+        overlap=_overlaps(s, runtime),
     )
+
+
+def _overlaps(settings: Settings, runtime: Runtime) -> bool:
+    """Overlapped steps (--async-scheduling); unset, on where the runner steps on a CUDA
+    device (a CPU's steps take the cores the event loop would work on meanwhile)."""
+    if settings.async_scheduling is not None:
+        return settings.async_scheduling
+    return runtime.description.get("device", "").startswith("cuda")

@@ -54,6 +54,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False  # CUDA: no decode graphs (atom/model/forward/graphs.py)
+    async_scheduling: bool | None = None  # overlapped steps; unset: on CUDA only (ahead.py)
     enable_prefix_caching: bool = True
     prefix_cache_dir: str | None = None  # a disk tier for the prefix cache (atom/model/kv_tier.py)
     prefix_cache_disk_bytes: int = 10 << 30  # its bound, least recently used out
@@ -190,6 +191,11 @@ def _without_none(hint: Any) -> Any:
 _HINTS = {name: _without_none(hint) for name, hint in typing.get_type_hints(Settings).items()}
 
 
+def is_switch(f: dataclasses.Field[Any]) -> bool:
+    """A true/false setting (maybe unset): its flag alone means true (`--no-webui`)."""
+    return _HINTS[f.name] is bool
+
+
 @contextmanager
 def naming(name: str) -> Iterator[None]:
     """A ValueError raised inside names the setting as a flag and as a variable."""
@@ -261,6 +267,7 @@ HELP = {
     "kv_cache_memory_bytes": "size of the paged KV cache (default: 2 GiB on CPU)",
     "gpu_memory_utilization": "CUDA: share of device memory the process may use",
     "enforce_eager": "CUDA: run every step eagerly, capturing no decode graphs (vLLM's)",
+    "async_scheduling": "plan decodes while the device steps (vLLM's); unset: on for CUDA only",
     "enable_prefix_caching": "reuse KV blocks of identical prompt prefixes",
     "prefix_cache_dir": "keep evicted prefix-cache blocks in this folder, across restarts",
     "prefix_cache_disk_bytes": "the most the prefix cache's disk tier holds (default 10 GiB)",

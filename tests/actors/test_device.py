@@ -64,3 +64,22 @@ async def test_not_even_a_base_exception_ends_the_device_thread() -> None:
         await device.run_sync(interrupted)
     assert await device.run_sync(lambda: "still serving") == "still serving"
     device.close()
+
+
+async def test_a_started_job_reads_the_result_of_the_one_before() -> None:
+    """`start` queues without waiting; a job started after another reads its result
+    (or fails with it), and the first job's caller still gets the result too."""
+    device = DeviceThread()
+    gate = threading.Event()
+    first = device.start(lambda: gate.wait(5) and 41)
+    second = device.start(lambda: first.value() + 1)  # queued while the first still runs
+    gate.set()
+    assert await second.result() == 42
+    assert await first.result() == 41
+    failed = device.start(lambda: 1 / 0)
+    after = device.start(failed.value)
+    with pytest.raises(RuntimeError, match="follows failed"):
+        await after.result()
+    with pytest.raises(ZeroDivisionError):
+        await failed.result()
+    device.close()

@@ -8,10 +8,11 @@ request wait until the first has filled the prompt's blocks, then reuse them
 through the prefix cache. "Oldest" is arrival order, or with `by_priority` a
 request's priority first (lower first; the highest value is preempted first).
 
-With speculation, a decoding sequence's chunk also carries draft tokens (from the
-proposer: n-gram, suffix decoding or a draft model, asked for them before the step
-with `draft_requests`) when blocks and budget are left over after every decode and
-before any prefill; the runner returns the drafts it accepted and one token more.
+With speculation, a decoding sequence's chunk also carries drafts (n-gram, suffix or a
+draft model's: `draft_requests`) when blocks and budget are left after every decode and
+before any prefill; the runner returns the drafts it accepted and one token more. With
+overlapped steps, a step of decodes is planned before the last one's tokens are known
+(`schedule_ahead`).
 
 With beam search a prompt's choices are beams (atom/model/scheduling/beams.py): they
 step together, fork and drop between steps, and answer once the search is over.
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
+from atom.model.scheduling.ahead import PLACEHOLDER
 from atom.model.scheduling.beams import Beams
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, sequence_of
@@ -137,11 +139,6 @@ class Scheduler:
         requests = [DraftRequest(s.seq_id, s.token_ids, self._room(s, spec)) for s in decoding]
         return [r for r in requests if r.num_tokens > 0]
 
-    def propose(self) -> Mapping[str, tuple[int, ...]]:
-        """The drafts of a proposer that runs no model, asked here (`draft_requests`)."""
-        assert self.proposer is None or not self.proposer.runs_a_model
-        return self.proposer.propose(self.draft_requests()) if self.proposer else {}
-
     def disk_wanted(self, on_disk: Callable[[int], bool]) -> list[int]:
         """The blocks on disk (`on_disk`) that the prefixes of sequences about to take
         their first blocks could use, to read before planning (each sequence is looked
@@ -168,7 +165,8 @@ class Scheduler:
                 break
             if seq.seq_id in planned or self._waits_for_sibling(seq):
                 continue
-            if not seq.has_blocks and not _lora_fits(seq.lora, loras, self.max_loras):
+            new_lora = seq.lora is not None and seq.lora not in loras
+            if not seq.has_blocks and new_lora and len(loras) >= self.max_loras:
                 continue  # waits until a running adapter's sequences finish
             chunk = self._prefill_chunk(seq, budget, planned)
             if chunk is None:
@@ -179,6 +177,29 @@ class Scheduler:
                 loras.add(seq.lora)
             budget -= len(chunk.token_ids)
         return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves())
+
+    def schedule_ahead(self, plan: StepPlan) -> StepPlan | None:
+        """The step after `plan`, planned before `plan`'s tokens are known (all before it
+        are recorded): each sequence feeds a placeholder for its token from `plan`
+        (atom/model/scheduling/ahead.py). None when that is not all it must do: a
+        sequence `plan` leaves out or does not sample, drafts, beams, no free block."""
+        self.stats = StepStats()
+        if len(plan.chunks) < len(self._seqs):
+            return None  # a sequence waits for its prompt or was just admitted
+        chunks = []
+        for chunk in plan.chunks:
+            seq = self._seqs.get(chunk.seq_id)
+            if seq is None:
+                continue  # dropped (aborted) since `plan` was made: none after it
+            if not chunk.needs_sample or chunk.num_draft_tokens or seq.group is not None:
+                return None
+            if seq.room(self._max_model_len) <= 1:
+                continue  # the token from `plan` is its last
+            length = len(seq.token_ids)
+            if not self.kv.allocate(seq.seq_id, length + 1):
+                return None
+            chunks.append(self._chunk(seq, length, length, ahead=True))
+        return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves()) if chunks else None
 
     def _schedule_decodes(self) -> list[SeqChunk]:
         chunks: list[SeqChunk] = []
@@ -216,12 +237,9 @@ class Scheduler:
         """How many drafts `seq` may take: as many as it accepted last time plus one (at
         most `num_speculative_tokens`), never past its max_tokens or the context limit,
         where every draft accepted plus the token after them must still fit."""
-        return min(
-            spec.num_speculative_tokens if seq.num_draft_tokens is None else seq.num_draft_tokens,
-            self.max_num_batched_tokens - 1,
-            seq.params.max_tokens - seq.num_output - 1,
-            self._max_model_len - len(seq.token_ids) - 1,
-        )
+        limit = seq.num_draft_tokens
+        limit = spec.num_speculative_tokens if limit is None else limit
+        return min(limit, self.max_num_batched_tokens - 1, seq.room(self._max_model_len) - 1)
 
     def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
         wants_prompt = seq.params.prompt_logprobs is not None
@@ -280,12 +298,15 @@ class Scheduler:
         seq.has_blocks, seq.num_computed = False, 0
         self.stats.num_preemptions += 1
 
-    def _chunk(self, seq: Sequence, start: int, end: int, drafts: tuple[int, ...] = ()) -> SeqChunk:
+    def _chunk(
+        self, seq: Sequence, start: int, end: int, drafts: tuple[int, ...] = (), *, ahead=False
+    ) -> SeqChunk:
+        """Positions `start`..`end` of `seq`, a placeholder (`ahead`), the `drafts`."""
         needs_sample = end == len(seq.token_ids)
         history = needs_sample and seq.params.needs_history
         return SeqChunk(
             seq_id=seq.seq_id,
-            token_ids=(*seq.token_ids[start:end], *drafts),
+            token_ids=(*seq.token_ids[start:end], *((PLACEHOLDER,) if ahead else ()), *drafts),
             num_draft_tokens=len(drafts),
             start_pos=start,
             block_ids=self.kv.table(seq.seq_id),
@@ -348,7 +369,7 @@ class Scheduler:
         while reason is None and taken < len(tokens):
             seq.token_ids.append(tokens[taken].token_id)
             taken += 1
-            reason = self._finish_reason(seq)
+            reason = self._ending(seq, seq.token_ids[-1], 0)
         if num_drafts:  # propose one more than was accepted next time, up to the limit
             limit = self.speculation.num_speculative_tokens if self.speculation else 0
             seq.num_draft_tokens = min(limit, len(tokens))
@@ -363,21 +384,10 @@ class Scheduler:
             else None,
         )
 
-    def _finish_reason(self, seq: Sequence) -> FinishReason | None:
-        return self._ending(seq, seq.token_ids[-1], 0)
-
     def _ending(self, seq: Sequence, last: int, num_more: int) -> FinishReason | None:
         """Why `seq` ends with `last` as its last token and `num_more` tokens more than it
         holds (a beam's candidate: 1); None if it goes on."""
         params = seq.params
         if (last in self._eos and not params.ignore_eos) or last in params.stop_token_ids:
             return FinishReason.STOP
-        num_output, length = seq.num_output + num_more, len(seq.token_ids) + num_more
-        if num_output >= params.max_tokens or length >= self._max_model_len:
-            return FinishReason.LENGTH
-        return None
-
-
-def _lora_fits(lora: str | None, running: set[str], max_loras: int) -> bool:
-    """Whether a sequence of adapter `lora` may start beside the `running` adapters."""
-    return lora is None or lora in running or len(running) < max_loras
+        return FinishReason.LENGTH if seq.room(self._max_model_len) <= num_more else None

@@ -48,6 +48,10 @@ class Sequence:
     def num_output(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
 
+    def room(self, max_model_len: int) -> int:
+        """How many tokens it may still take: its max_tokens, or the context limit."""
+        return min(self.params.max_tokens - self.num_output, max_model_len - len(self.token_ids))
+
     @property
     def prefix_salt(self) -> tuple[str | None, str | None]:
         """What keeps its cached prefixes apart from others': the adapter (a hit never

@@ -1,0 +1,32 @@
+"""Overlapped steps (`--async-scheduling`): step N+1 is planned and queued on the device
+thread before step N's tokens are known, so the device never waits for the event loop.
+
+The Scheduler plans such a step (`Scheduler.schedule_ahead`) for a batch of decodes
+only: each sequence feeds the token step N samples for it, which the plan names with a
+placeholder. The device thread runs the two steps in order, so when it starts step N+1
+it holds step N's result and `follow` puts the tokens in (and into the history that
+penalties and grammars read). A sequence that step N ends still takes part in step N+1;
+that row's token is dropped, as is one whose request was aborted meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from atom.model.runner import Sampled, SeqChunk, StepPlan
+
+PLACEHOLDER = -1  # in a chunk planned ahead: the token the step before samples
+
+
+def follow(plan: StepPlan, before: Mapping[str, tuple[Sampled, ...]]) -> StepPlan:
+    """`plan`, planned ahead, with each placeholder replaced by the token its sequence
+    sampled in the step `before` it."""
+    chunks = tuple(_filled(chunk, before[chunk.seq_id][-1].token_id) for chunk in plan.chunks)
+    return replace(plan, chunks=chunks)
+
+
+def _filled(chunk: SeqChunk, token_id: int) -> SeqChunk:
+    assert chunk.token_ids == (PLACEHOLDER,), "a chunk planned ahead feeds one placeholder"
+    if not chunk.params.needs_history:
+        return replace(chunk, token_ids=(token_id,))
+    return replace(chunk, token_ids=(token_id,), output_ids=(*chunk.output_ids, token_id))

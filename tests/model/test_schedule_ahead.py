@@ -1,0 +1,78 @@
+"""`Scheduler.schedule_ahead` and `follow`: a step of decodes planned before the tokens of
+the step ahead of it are known (atom/model/scheduling/ahead.py)."""
+
+from __future__ import annotations
+
+from atom.model.runner import Sampled, StepPlan
+from atom.model.scheduling.ahead import PLACEHOLDER, follow
+from atom.model.scheduling.kv_cache import check_invariants
+from atom.vocabulary.events import SamplingParams, Submit
+from tests.model.test_scheduler import make, submit
+
+
+def sampled(plan: StepPlan, token_id: int) -> dict[str, tuple[Sampled, ...]]:
+    return {c.seq_id: (Sampled(token_id=token_id),) for c in plan.chunks if c.needs_sample}
+
+
+def test_the_step_ahead_feeds_a_placeholder_past_each_sequence() -> None:
+    s = make(budget=16)
+    s.add(submit("a", 3, max_tokens=8))
+    s.add(submit("b", 5, max_tokens=8))
+    first = s.schedule()
+    ahead = s.schedule_ahead(first)
+    assert ahead is not None
+    assert [(c.seq_id, c.token_ids, c.start_pos) for c in ahead.chunks] == [
+        ("a/0", (PLACEHOLDER,), 3),
+        ("b/0", (PLACEHOLDER,), 5),
+    ]
+    assert all(c.needs_sample for c in ahead.chunks)
+    s.update(first, sampled(first, 7))
+    s.update(ahead, sampled(ahead, 8))  # recorded after the step before it, as planned
+    assert [seq.token_ids[-2:] for seq in s.sequences()] == [[7, 8], [7, 8]]
+    assert all(seq.num_computed == len(seq.token_ids) - 1 for seq in s.sequences())
+    check_invariants(s.kv)
+
+
+def test_nothing_is_planned_ahead_while_a_sequence_needs_more_than_a_decode() -> None:
+    s = make(budget=8)
+    s.add(submit("long", 20))
+    mid_prompt = s.schedule()
+    assert s.schedule_ahead(mid_prompt) is None  # its next chunk is more prompt
+    s2 = make(budget=8)
+    s2.add(submit("a", 3))
+    plan = s2.schedule()
+    s2.add(submit("new", 3))  # admitted after `plan`: its prompt waits for a boundary
+    assert s2.schedule_ahead(plan) is None
+
+
+def test_a_sequence_whose_token_ahead_is_its_last_is_left_out() -> None:
+    s = make(budget=8)
+    s.add(submit("short", 3, max_tokens=1))
+    s.add(submit("long", 3, max_tokens=8))
+    plan = s.schedule()
+    ahead = s.schedule_ahead(plan)
+    assert ahead is not None and [c.seq_id for c in ahead.chunks] == ["long/0"]
+
+
+def test_without_a_free_block_for_the_token_ahead_nothing_is_planned_ahead() -> None:
+    s = make(budget=8, num_blocks=2)  # blocks of 4: room for 8 tokens
+    s.add(submit("a", 4, max_tokens=8))
+    s.add(submit("b", 4, max_tokens=8))
+    plan = s.schedule()
+    assert s.schedule_ahead(plan) is None  # each needs a second block for position 4
+    check_invariants(s.kv)
+
+
+def test_follow_puts_in_the_tokens_and_the_history_a_penalty_reads() -> None:
+    s = make(budget=8)
+    params = SamplingParams(temperature=0.0, max_tokens=8, frequency_penalty=0.5)
+    s.add(Submit(request_id="p", prompt_ids=(1, 2, 3), params=params))
+    first = s.schedule()
+    s.update(first, sampled(first, 9))
+    second = s.schedule()
+    ahead = s.schedule_ahead(second)
+    assert ahead is not None and ahead.chunks[0].output_ids == (9,)
+    filled = follow(ahead, sampled(second, 4))
+    assert filled.chunks[0].token_ids == (4,)
+    assert filled.chunks[0].output_ids == (9, 4)
+    assert filled.chunks[0].prompt_ids == (1, 2, 3)
