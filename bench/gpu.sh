@@ -53,6 +53,9 @@ run() {
   # the default shape once more with every step eager: what the decode graphs give
   python3 -m bench.gpu --shape 135m --concurrency 1 64 --atom-env ATOM_ENFORCE_EAGER=true \
     --out "$out/$day-gpu-135m-eager.json" --markdown "$out/$day-gpu-135m-eager.md"
+  # and in lockstep: what the overlapped steps (--async-scheduling, on for CUDA) give
+  python3 -m bench.gpu --shape 135m --concurrency 1 64 --atom-env ATOM_ASYNC_SCHEDULING=false \
+    --out "$out/$day-gpu-135m-lockstep.json" --markdown "$out/$day-gpu-135m-lockstep.md"
 }
 
 "$@"
