@@ -117,7 +117,7 @@ def load_runtime(
     from atom.model.forward.graphs import graph_plan, graphs_name
     from atom.model.forward.kernels import cpu_ops
     from atom.model.forward.operators import ops_name
-    from atom.model.kv_budget import num_kv_blocks
+    from atom.model.kv_budget import num_kv_blocks, profile_reserve
     from atom.model.kv_tier import DiskTier, fingerprint
     from atom.model.paged_cache import kv_bytes_per_block
     from atom.model.parallel import TensorParallelRunner, start_ranks
@@ -146,14 +146,16 @@ def load_runtime(
     loaded, model, forms = built.loaded, built.model, built.forms
     kv_dtype = kv_cache_dtype(settings.kv_cache_dtype, dtype_name, forms)
     per_block = kv_bytes_per_block(model.config, settings.block_size, getattr(torch, kv_dtype))
-    num_blocks = num_kv_blocks(settings, device, per_block, loaded.max_model_len)
+    kernel, split = decode_kernel(ops, device, kv_dtype), settings.tensor_parallel_size > 1
+    reserve = profile_reserve(settings, device, model, loaded.max_model_len,
+                              decode_kernel=kernel, kv_dtype=getattr(torch, kv_dtype))  # fmt: skip
+    num_blocks = num_kv_blocks(settings, device, per_block, loaded.max_model_len, reserve)
     disk = None
     if settings.prefix_cache_dir:  # the facts that shape what the cache's blocks hold
         facts = {"dtype": dtype_name, "kv": kv_dtype, "block": settings.block_size,
                  "forms": forms, "own": model is not loaded.model, "device": device}  # fmt: skip
         folder = fingerprint(str(resolve_source(source)), facts)
         disk = DiskTier(settings.prefix_cache_dir, folder, settings.prefix_cache_disk_bytes)
-    kernel, split = decode_kernel(ops, device, kv_dtype), settings.tensor_parallel_size > 1
     graphs = graph_plan(enforce_eager=settings.enforce_eager, max_num_seqs=settings.max_num_seqs,
                         device=device, model=model, kernel=kernel, split=split)  # fmt: skip
     local = TorchRunner(
@@ -185,6 +187,7 @@ def load_runtime(
         "layer_ops": ops_name(model),
         "decode_graphs": graphs_name(local.graphs),
         "kv_cache_bytes": str(num_blocks * per_block),
+        **({"step_peak_bytes": str(reserve)} if reserve else {}),
         "kv_cache_dtype": kv_dtype,
         **({"media": ",".join(built.vision.prompter.kinds)} if built.vision else {}),
         **({"tensor_parallel_size": str(world)} if split else {}),
