@@ -27,6 +27,7 @@ from atom.actors.batcher_records import (
     BoundaryJobs,
     InFlight,
     Queued,
+    Ran,
 )
 from atom.actors.device import DeviceThread, Handoff
 from atom.actors.disk_tier import DiskTierLink
@@ -36,10 +37,10 @@ from atom.actors.outbox import Outbox
 from atom.actors.profiler import Phases
 from atom.actors.wait_queue import WaitQueue
 from atom.model.kv_tier import DiskTier
-from atom.model.runner import Runner, Sampled, StepPlan
+from atom.model.runner import Runner, StepPlan
 from atom.model.scheduling.ahead import follow
 from atom.model.scheduling.scheduler import Scheduler
-from atom.model.scheduling.sequence import SeqOutput
+from atom.model.scheduling.sequence import SeqOutput, StepStats
 from atom.vocabulary.errors import (
     AtomError,
     EngineFailed,
@@ -163,9 +164,9 @@ class Batcher(ModelState):
                 continue
             self._ahead = self._step_ahead(step) if self._overlap else None
             self._phase("model step")
-            sampled = await step.running.result()
+            ran = await step.running.result()
             self._phase("delivery")
-            self._record(step, sampled)
+            self._record(ran, step.stats)
             self._phase("between steps")
             self.idle.changed()
             # (request actors take the step's tokens while the device runs the next one)
@@ -178,7 +179,7 @@ class Batcher(ModelState):
         plan = self._scheduler.schedule(await self._drafts())
         if not plan.chunks:
             return None
-        return InFlight(plan, self._scheduler.stats, self._device.start(self._runner.step, plan))
+        return InFlight(plan, self._scheduler.stats, self._device.start(self._run, plan))
 
     def _step_ahead(self, step: InFlight) -> InFlight | None:
         """With overlapped steps: plan the step after `step` and queue it behind `step`
@@ -195,12 +196,14 @@ class Batcher(ModelState):
         running = self._device.start(self._step_after, step.running, plan)
         return InFlight(plan, self._scheduler.stats, running)
 
-    def _step_after(
-        self, before: Handoff[Mapping[str, tuple[Sampled, ...]]], plan: StepPlan
-    ) -> Mapping[str, tuple[Sampled, ...]]:
-        """Device thread: a step planned ahead, with the tokens of the step `before` it
-        (which this thread has just run)."""
-        return self._runner.step(follow(plan, before.value()))
+    def _run(self, plan: StepPlan) -> Ran:
+        """Device thread: one step."""
+        return Ran(plan, self._runner.step(plan))
+
+    def _step_after(self, before: Handoff[Ran], plan: StepPlan) -> Ran:
+        """Device thread: a step planned ahead, run with the tokens of the step `before`
+        it (which this thread has just run)."""
+        return self._run(follow(plan, before.value().sampled, self._runner.eos_token_ids))
 
     async def _rest(self) -> None:
         """Nothing to step: say the KV usage if aborts freed blocks, then wait for work."""
@@ -291,10 +294,11 @@ class Batcher(ModelState):
         if output.finish_reason is not None:
             self._end_choices(request_id, 1)  # the Scheduler removed it
 
-    def _record(self, step: InFlight, sampled: Mapping[str, tuple[Sampled, ...]]) -> None:
+    def _record(self, ran: Ran, stats: StepStats) -> None:
         """Publish a step's results: a `PromptChunkComputed` for each chunk that stopped
-        short of its prompt's end, the sampled tokens, then `EngineStepped`."""
-        plan = step.plan
+        short of its prompt's end, the sampled tokens, then `EngineStepped` (`stats`:
+        what planning it did)."""
+        plan, sampled = ran.plan, ran.sampled
         self._num_steps += 1
         self._published_usage = self._scheduler.kv.usage
         for chunk in plan.chunks:
@@ -312,7 +316,6 @@ class Batcher(ModelState):
         for output in self._scheduler.update(plan, sampled):
             self._deliver(output)
         self._forget_released()
-        stats = step.stats
         self._publish(
             EngineStepped(
                 model=self._model,

@@ -93,10 +93,19 @@ class Admitted:
 
 
 @dataclass(frozen=True, slots=True)
+class Ran:
+    """A step the device thread ran: the plan as it ran (a step planned ahead with its
+    tokens put in, atom/model/scheduling/ahead.py) and what it sampled."""
+
+    plan: StepPlan
+    sampled: Mapping[str, tuple[Sampled, ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class InFlight:
-    """A step started on the device thread: its plan, what planning it did (for its
-    `EngineStepped`), and its result to come."""
+    """A step started on the device thread: its plan as planned, what planning it did
+    (for its `EngineStepped`), and what it ran, to come."""
 
     plan: StepPlan
     stats: StepStats
-    running: Handoff[Mapping[str, tuple[Sampled, ...]]]
+    running: Handoff[Ran]

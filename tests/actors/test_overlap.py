@@ -36,8 +36,9 @@ SEEDED = SamplingParams(temperature=1.0, seed=7, frequency_penalty=0.5, max_toke
 @dataclass
 class Watched:
     """A FakeRunner (which checks every step that its KV store holds each sequence) that
-    also checks the history a penalty reads, and notes for each step how many steps
-    before it the Batcher had not recorded yet when it began."""
+    also checks the history a penalty reads and that no sequence runs past its EOS, and
+    notes for each step how many steps before it the Batcher had not recorded yet when
+    it began."""
 
     runner: FakeRunner
     stepped: list[Envelope]  # the EngineStepped the bus published so far
@@ -47,6 +48,7 @@ class Watched:
     def step(self, plan: StepPlan) -> Mapping[str, tuple[Sampled, ...]]:
         self.behind.append(self.runner.num_steps - len(self.stepped))
         for chunk in plan.chunks:
+            assert 0 not in chunk.token_ids  # no step runs a sequence past its EOS (0)
             if chunk.needs_sample and chunk.params.needs_history:
                 assert chunk.output_ids == tuple(self.sampled.get(chunk.seq_id, ()))
         out = self.runner.step(plan)

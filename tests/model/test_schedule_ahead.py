@@ -7,7 +7,7 @@ from atom.model.runner import Sampled, StepPlan
 from atom.model.scheduling.ahead import PLACEHOLDER, follow
 from atom.model.scheduling.kv_cache import check_invariants
 from atom.vocabulary.events import SamplingParams, Submit
-from tests.model.test_scheduler import make, submit
+from tests.model.test_scheduler import EOS, make, submit
 
 
 def sampled(plan: StepPlan, token_id: int) -> dict[str, tuple[Sampled, ...]]:
@@ -72,7 +72,27 @@ def test_follow_puts_in_the_tokens_and_the_history_a_penalty_reads() -> None:
     second = s.schedule()
     ahead = s.schedule_ahead(second)
     assert ahead is not None and ahead.chunks[0].output_ids == (9,)
-    filled = follow(ahead, sampled(second, 4))
+    filled = follow(ahead, sampled(second, 4), frozenset({EOS}))
     assert filled.chunks[0].token_ids == (4,)
     assert filled.chunks[0].output_ids == (9, 4)
     assert filled.chunks[0].prompt_ids == (1, 2, 3)
+
+
+def test_follow_leaves_out_the_sequences_a_stop_token_ended() -> None:
+    """They are removed when the step before is recorded: no row runs for them (and a
+    grammar they completed is not asked for another token)."""
+    s = make(budget=16)
+    ignoring = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    stopping = SamplingParams(temperature=0.0, max_tokens=8, stop_token_ids=(5,))
+    s.add(submit("plain", 3, max_tokens=8))
+    s.add(Submit(request_id="ignoring", prompt_ids=(1, 2, 3), params=ignoring))
+    s.add(Submit(request_id="stopping", prompt_ids=(1, 2, 3), params=stopping))
+    first = s.schedule()
+    ahead = s.schedule_ahead(first)
+    assert ahead is not None and len(ahead.chunks) == 3
+    eos_everywhere = follow(ahead, sampled(first, EOS), frozenset({EOS}))
+    assert [c.seq_id for c in eos_everywhere.chunks] == ["ignoring/0"]
+    fives = follow(ahead, sampled(first, 5), frozenset({EOS}))
+    assert [c.seq_id for c in fives.chunks] == ["plain/0", "ignoring/0"]
+    ended = {o.seq.seq_id for o in s.update(first, sampled(first, 5)) if o.finish_reason}
+    assert ended == {"stopping/0"}  # the same decision, made by the Scheduler

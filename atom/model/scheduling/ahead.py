@@ -5,8 +5,10 @@ The Scheduler plans such a step (`Scheduler.schedule_ahead`) for a batch of deco
 only: each sequence feeds the token step N samples for it, which the plan names with a
 placeholder. The device thread runs the two steps in order, so when it starts step N+1
 it holds step N's result and `follow` puts the tokens in (and into the history that
-penalties and grammars read). A sequence that step N ends still takes part in step N+1;
-that row's token is dropped, as is one whose request was aborted meanwhile."""
+penalties and grammars read). A sequence that step N ends with a stop token is left out
+of step N+1 there (nothing would take its token, and a grammar it completed has none
+to allow); one that a stop string or an abort ends meanwhile still runs that step, its
+token dropped."""
 
 from __future__ import annotations
 
@@ -14,15 +16,22 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from atom.model.runner import Sampled, SeqChunk, StepPlan
+from atom.model.scheduling.sequence import is_stop_token
 
 PLACEHOLDER = -1  # in a chunk planned ahead: the token the step before samples
 
 
-def follow(plan: StepPlan, before: Mapping[str, tuple[Sampled, ...]]) -> StepPlan:
+def follow(
+    plan: StepPlan, before: Mapping[str, tuple[Sampled, ...]], eos_token_ids: frozenset[int]
+) -> StepPlan:
     """`plan`, planned ahead, with each placeholder replaced by the token its sequence
-    sampled in the step `before` it."""
-    chunks = tuple(_filled(chunk, before[chunk.seq_id][-1].token_id) for chunk in plan.chunks)
-    return replace(plan, chunks=chunks)
+    sampled in the step `before` it, and without the sequences that token ended."""
+    chunks = []
+    for chunk in plan.chunks:
+        token_id = before[chunk.seq_id][-1].token_id
+        if not is_stop_token(token_id, chunk.params, eos_token_ids):
+            chunks.append(_filled(chunk, token_id))
+    return replace(plan, chunks=tuple(chunks))
 
 
 def _filled(chunk: SeqChunk, token_id: int) -> SeqChunk:

@@ -26,7 +26,13 @@ from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
 from atom.model.scheduling.ahead import PLACEHOLDER
 from atom.model.scheduling.beams import Beams
 from atom.model.scheduling.kv_cache import KVCacheManager
-from atom.model.scheduling.sequence import SeqOutput, Sequence, StepStats, sequence_of
+from atom.model.scheduling.sequence import (
+    SeqOutput,
+    Sequence,
+    StepStats,
+    is_stop_token,
+    sequence_of,
+)
 from atom.model.speculation.proposer import DraftRequest, Proposer, make_proposer
 from atom.vocabulary.events import DraftsVerified, FinishReason, Submit
 from atom.vocabulary.images import spans
@@ -387,7 +393,6 @@ class Scheduler:
     def _ending(self, seq: Sequence, last: int, num_more: int) -> FinishReason | None:
         """Why `seq` ends with `last` as its last token and `num_more` tokens more than it
         holds (a beam's candidate: 1); None if it goes on."""
-        params = seq.params
-        if (last in self._eos and not params.ignore_eos) or last in params.stop_token_ids:
+        if is_stop_token(last, seq.params, self._eos):
             return FinishReason.STOP
         return FinishReason.LENGTH if seq.room(self._max_model_len) <= num_more else None

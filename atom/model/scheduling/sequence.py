@@ -130,6 +130,12 @@ class StepStats:
     prefix_cache_disk_hits: int = 0
 
 
+def is_stop_token(token_id: int, params: SamplingParams, eos_token_ids: frozenset[int]) -> bool:
+    """Whether a sequence sampled with `params` ends with `token_id` (its stop reason)."""
+    is_eos = token_id in eos_token_ids and not params.ignore_eos
+    return is_eos or token_id in params.stop_token_ids
+
+
 def choice_seed(seed: int, choice_idx: int) -> int:
     """Each choice of a seeded request gets its own stream of randomness."""
     return (seed * 1_000_003 + choice_idx) % (1 << 63)
