@@ -6,6 +6,7 @@ from __future__ import annotations
 from atom.model.runner import Sampled, StepPlan
 from atom.model.scheduling.ahead import PLACEHOLDER, follow
 from atom.model.scheduling.kv_cache import check_invariants
+from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
 from tests.model.test_scheduler import EOS, make, submit
 
@@ -14,12 +15,17 @@ def sampled(plan: StepPlan, token_id: int) -> dict[str, tuple[Sampled, ...]]:
     return {c.seq_id: (Sampled(token_id=token_id),) for c in plan.chunks if c.needs_sample}
 
 
+def ahead_of_first(s: Scheduler, *submits: Submit) -> tuple[StepPlan, StepPlan | None]:
+    """Add `submits`, plan the first step, then the step ahead of it."""
+    for one in submits:
+        s.add(one)
+    first = s.schedule()
+    return first, s.schedule_ahead(first)
+
+
 def test_the_step_ahead_feeds_a_placeholder_past_each_sequence() -> None:
     s = make(budget=16)
-    s.add(submit("a", 3, max_tokens=8))
-    s.add(submit("b", 5, max_tokens=8))
-    first = s.schedule()
-    ahead = s.schedule_ahead(first)
+    first, ahead = ahead_of_first(s, submit("a", 3, max_tokens=8), submit("b", 5, max_tokens=8))
     assert ahead is not None
     assert [(c.seq_id, c.token_ids, c.start_pos) for c in ahead.chunks] == [
         ("a/0", (PLACEHOLDER,), 3),
@@ -46,20 +52,15 @@ def test_nothing_is_planned_ahead_while_a_sequence_needs_more_than_a_decode() ->
 
 
 def test_a_sequence_whose_token_ahead_is_its_last_is_left_out() -> None:
-    s = make(budget=8)
-    s.add(submit("short", 3, max_tokens=1))
-    s.add(submit("long", 3, max_tokens=8))
-    plan = s.schedule()
-    ahead = s.schedule_ahead(plan)
+    short, long = submit("short", 3, max_tokens=1), submit("long", 3, max_tokens=8)
+    _, ahead = ahead_of_first(make(budget=8), short, long)
     assert ahead is not None and [c.seq_id for c in ahead.chunks] == ["long/0"]
 
 
 def test_without_a_free_block_for_the_token_ahead_nothing_is_planned_ahead() -> None:
     s = make(budget=8, num_blocks=2)  # blocks of 4: room for 8 tokens
-    s.add(submit("a", 4, max_tokens=8))
-    s.add(submit("b", 4, max_tokens=8))
-    plan = s.schedule()
-    assert s.schedule_ahead(plan) is None  # each needs a second block for position 4
+    a, b = submit("a", 4, max_tokens=8), submit("b", 4, max_tokens=8)
+    assert ahead_of_first(s, a, b)[1] is None  # each needs a second block for position 4
     check_invariants(s.kv)
 
 
@@ -84,11 +85,12 @@ def test_follow_leaves_out_the_sequences_a_stop_token_ended() -> None:
     s = make(budget=16)
     ignoring = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     stopping = SamplingParams(temperature=0.0, max_tokens=8, stop_token_ids=(5,))
-    s.add(submit("plain", 3, max_tokens=8))
-    s.add(Submit(request_id="ignoring", prompt_ids=(1, 2, 3), params=ignoring))
-    s.add(Submit(request_id="stopping", prompt_ids=(1, 2, 3), params=stopping))
-    first = s.schedule()
-    ahead = s.schedule_ahead(first)
+    first, ahead = ahead_of_first(
+        s,
+        submit("plain", 3, max_tokens=8),
+        Submit(request_id="ignoring", prompt_ids=(1, 2, 3), params=ignoring),
+        Submit(request_id="stopping", prompt_ids=(1, 2, 3), params=stopping),
+    )
     assert ahead is not None and len(ahead.chunks) == 3
     eos_everywhere = follow(ahead, sampled(first, EOS), frozenset({EOS}))
     assert [c.seq_id for c in eos_everywhere.chunks] == ["ignoring/0"]
