@@ -7,10 +7,10 @@ boundaries (continuous batching). The WaitQueue is bounded (full: Overloaded, a 
 and a request that waits in it longer than `max_queue_wait_s` gets a QueueTimeout (503).
 Between two steps it also changes the model's state for the admin routes (new weights,
 LoRA adapters, sleep, wake-up): jobs run at the step boundary, so a step never sees a
-half-changed runner. With overlapped steps (`overlap`, --async-scheduling) a step of
-decodes is queued on the device thread before the step ahead of it is done, and
-publishing that one's tokens runs while the device works (atom/model/scheduling/ahead.py);
-a step that needs more (a prompt, drafts, a job) waits for an idle device.
+half-changed runner. With overlapped steps (`overlap`, --async-scheduling) the next step
+is queued on the device thread before the step ahead of it is done, and publishing
+that one's tokens runs while the device works (atom/model/scheduling/ahead.py); a step
+after a prompt's middle chunk, or with drafts or a job, waits for an idle device.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from atom.model.runner import Sampled, StepPlan
 from atom.model.scheduling.ahead import PLACEHOLDER, follow
-from atom.model.scheduling.kv_cache import check_invariants
+from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
 from tests.model.test_scheduler import EOS, make, submit
@@ -39,16 +39,57 @@ def test_the_step_ahead_feeds_a_placeholder_past_each_sequence() -> None:
     check_invariants(s.kv)
 
 
-def test_nothing_is_planned_ahead_while_a_sequence_needs_more_than_a_decode() -> None:
+def test_nothing_is_planned_ahead_after_a_chunk_that_stops_mid_prompt() -> None:
     s = make(budget=8)
     s.add(submit("long", 20))
     mid_prompt = s.schedule()
-    assert s.schedule_ahead(mid_prompt) is None  # its next chunk is more prompt
-    s2 = make(budget=8)
-    s2.add(submit("a", 3))
-    plan = s2.schedule()
-    s2.add(submit("new", 3))  # admitted after `plan`: its prompt waits for a boundary
-    assert s2.schedule_ahead(plan) is None
+    assert s.schedule_ahead(mid_prompt) is None  # its next chunk starts where this ends
+
+
+def test_a_prompt_admitted_meanwhile_gets_its_chunk_in_the_step_ahead() -> None:
+    s = make(budget=8)
+    s.add(submit("a", 3, max_tokens=8))
+    plan = s.schedule()
+    s.add(submit("new", 10, max_tokens=8))  # admitted while `plan` runs
+    ahead = s.schedule_ahead(plan)
+    assert ahead is not None
+    assert [(c.seq_id, c.token_ids, c.start_pos) for c in ahead.chunks] == [
+        ("a/0", (PLACEHOLDER,), 3),
+        ("new/0", tuple(range(1, 8)), 0),  # the budget of 8 less a's placeholder
+    ]
+    s.update(plan, sampled(plan, 9))
+    s.update(ahead, sampled(ahead, 9))
+    assert [(q.seq_id, q.num_computed) for q in s.sequences()] == [("a/0", 4), ("new/0", 7)]
+    check_invariants(s.kv)
+
+
+def test_a_prompt_planned_ahead_preempts_nothing() -> None:
+    """In lockstep a prompt short of blocks takes them from the last-served sequence;
+    ahead it waits (a sequence may still be in the step under way)."""
+    s = Scheduler(
+        kv=KVCacheManager(num_blocks=5, block_size=4),
+        max_num_seqs=4,
+        max_num_batched_tokens=8,
+        eos_token_ids=frozenset({EOS}),
+        max_model_len=64,
+        by_priority=True,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+
+    def prompt(rid: str, first: int, length: int, priority: int) -> Submit:  # no shared prefix
+        ids = tuple(range(first, first + length))
+        return Submit(request_id=rid, prompt_ids=ids, params=params, priority=priority)
+
+    s.add(prompt("c", 100, 12, priority=5))
+    s.update(first := s.schedule(), sampled(first, 9))  # c: 8 of its 12 tokens
+    s.add(prompt("a", 200, 8, priority=0))
+    plan = s.schedule()  # a's whole prompt takes the budget: c waits, holding 2 blocks
+    assert [c.seq_id for c in plan.chunks] == ["a/0"]
+    s.add(prompt("b", 300, 4, priority=1))  # no block left for it
+    ahead = s.schedule_ahead(plan)
+    assert ahead is not None and [c.seq_id for c in ahead.chunks] == ["a/0"]
+    assert s.stats.num_preemptions == 0 and s.seq("c/0").has_blocks  # type: ignore[union-attr]
+    check_invariants(s.kv)
 
 
 def test_a_sequence_whose_token_ahead_is_its_last_is_left_out() -> None:

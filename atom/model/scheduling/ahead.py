@@ -1,14 +1,15 @@
 """Overlapped steps (`--async-scheduling`): step N+1 is planned and queued on the device
 thread before step N's tokens are known, so the device never waits for the event loop.
 
-The Scheduler plans such a step (`Scheduler.schedule_ahead`) for a batch of decodes
-only: each sequence feeds the token step N samples for it, which the plan names with a
-placeholder. The device thread runs the two steps in order, so when it starts step N+1
-it holds step N's result and `follow` puts the tokens in (and into the history that
-penalties and grammars read). A sequence that step N ends with a stop token is left out
-of step N+1 there (nothing would take its token, and a grammar it completed has none
-to allow); one that a stop string or an abort ends meanwhile still runs that step, its
-token dropped."""
+The Scheduler plans such a step (`Scheduler.schedule_ahead`) when step N samples for
+every sequence in it: each feeds the token step N samples for it, which the plan names
+with a placeholder, and prompts step N left out (one admitted meanwhile) take what
+budget and free blocks are left, preempting nothing. The device thread runs the two
+steps in order, so when it starts step N+1 it holds step N's result and `follow` puts
+the tokens in (and into the history that penalties and grammars read). A sequence
+that step N ends with a stop token is left out of step N+1 there (nothing would take
+its token, and a grammar it completed has none to allow); one that a stop string or an
+abort ends meanwhile still runs that step, its token dropped."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from atom.model.runner import Sampled, SeqChunk, StepPlan
-from atom.model.scheduling.sequence import is_stop_token
+from atom.model.scheduling.sequence import PLACEHOLDER, is_stop_token
 
-PLACEHOLDER = -1  # in a chunk planned ahead: the token the step before samples
+__all__ = ["PLACEHOLDER", "follow"]
 
 
 def follow(
@@ -28,9 +29,11 @@ def follow(
     sampled in the step `before` it, and without the sequences that token ended."""
     chunks = []
     for chunk in plan.chunks:
-        token_id = before[chunk.seq_id][-1].token_id
-        if not is_stop_token(token_id, chunk.params, eos_token_ids):
-            chunks.append(_filled(chunk, token_id))
+        sampled = before.get(chunk.seq_id)
+        if sampled is None:
+            chunks.append(chunk)  # a prompt's chunk: nothing in it comes from `before`
+        elif not is_stop_token(sampled[-1].token_id, chunk.params, eos_token_ids):
+            chunks.append(_filled(chunk, sampled[-1].token_id))
     return replace(plan, chunks=tuple(chunks))
 
 

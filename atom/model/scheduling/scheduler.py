@@ -11,7 +11,7 @@ request's priority first (lower first; the highest value is preempted first).
 With speculation, a decoding sequence's chunk also carries drafts (n-gram, suffix or a
 draft model's: `draft_requests`) when blocks and budget are left after every decode and
 before any prefill; the runner returns the drafts it accepted and one token more. With
-overlapped steps, a step of decodes is planned before the last one's tokens are known
+overlapped steps, a step is planned before the last one's tokens are known
 (`schedule_ahead`).
 
 With beam search a prompt's choices are beams (atom/model/scheduling/beams.py): they
@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from atom.model.runner import Runner, Sampled, SeqChunk, StepPlan
-from atom.model.scheduling.ahead import PLACEHOLDER
 from atom.model.scheduling.beams import Beams
 from atom.model.scheduling.kv_cache import KVCacheManager
 from atom.model.scheduling.sequence import (
@@ -162,42 +161,26 @@ class Scheduler:
         """Plan one step within the token budget: decodes first (with the `drafts`
         proposed for them), then prefill chunks."""
         self.stats = StepStats()
-        chunks = self._with_drafts(self._schedule_decodes(), drafts or {})
-        planned = {c.seq_id for c in chunks}
-        budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
-        loras = self._running_loras()
-        for seq in self._in_order():
-            if budget <= 0:
-                break
-            if seq.seq_id in planned or self._waits_for_sibling(seq):
-                continue
-            new_lora = seq.lora is not None and seq.lora not in loras
-            if not seq.has_blocks and new_lora and len(loras) >= self.max_loras:
-                continue  # waits until a running adapter's sequences finish
-            chunk = self._prefill_chunk(seq, budget, planned)
-            if chunk is None:
-                break  # out of blocks: later prefills wait for the next step
-            chunks.append(chunk)
-            planned.add(seq.seq_id)
-            if seq.lora is not None:
-                loras.add(seq.lora)
-            budget -= len(chunk.token_ids)
-        return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves())
+        return self._with_prefills(self._with_drafts(self._schedule_decodes(), drafts or {}))
 
     def schedule_ahead(self, plan: StepPlan) -> StepPlan | None:
-        """The step after `plan`, planned before `plan`'s tokens are known (all before it
-        are recorded): each sequence feeds a placeholder for its token from `plan`
-        (atom/model/scheduling/ahead.py). None when that is not all it must do: a
-        sequence `plan` leaves out or does not sample, drafts, beams, no free block."""
+        """The step after `plan`, planned before `plan`'s tokens are known (every step
+        before it recorded): each sequence `plan` samples feeds a placeholder for its
+        token (atom/model/scheduling/ahead.py), then the prompts `plan` left out take
+        what budget and free blocks are left, preempting nothing. None when that is not
+        all it must do: a chunk of `plan` that stops mid-prompt or has drafts, a beam,
+        a decoding sequence `plan` left out, no free block for a placeholder."""
         self.stats = StepStats()
-        if len(plan.chunks) < len(self._seqs):
-            return None  # a sequence waits for its prompt or was just admitted
+        in_plan = {c.seq_id for c in plan.chunks}
+        for other in self._seqs.values():
+            if other.group is not None or (other.is_decoding and other.seq_id not in in_plan):
+                return None
         chunks = []
         for chunk in plan.chunks:
             seq = self._seqs.get(chunk.seq_id)
             if seq is None:
                 continue  # dropped (aborted) since `plan` was made: none after it
-            if not chunk.needs_sample or chunk.num_draft_tokens or seq.group is not None:
+            if not chunk.needs_sample or chunk.num_draft_tokens:
                 return None
             if seq.room(self._max_model_len) <= 1:
                 continue  # the token from `plan` is its last
@@ -205,7 +188,8 @@ class Scheduler:
             if not self.kv.allocate(seq.seq_id, length + 1):
                 return None
             chunks.append(self._chunk(seq, length, length, ahead=True))
-        return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves()) if chunks else None
+        ahead = self._with_prefills(chunks, skip=in_plan)
+        return ahead if ahead.chunks else None
 
     def _schedule_decodes(self) -> list[SeqChunk]:
         chunks: list[SeqChunk] = []
@@ -239,6 +223,31 @@ class Scheduler:
             out.append(chunk)
         return out
 
+    def _with_prefills(self, chunks: list[SeqChunk], skip: set[str] | None = None) -> StepPlan:
+        """The step: `chunks`, then prompt chunks from the budget they leave, oldest first.
+        `skip`: the sequences of a step whose tokens are not known yet (planning ahead),
+        left out, as is preempting anything then."""
+        planned = {c.seq_id for c in chunks} | (skip or set())
+        budget = self.max_num_batched_tokens - sum(len(c.token_ids) for c in chunks)
+        loras = self._running_loras()
+        for seq in self._in_order():
+            if budget <= 0:
+                break
+            if seq.seq_id in planned or self._waits_for_sibling(seq):
+                continue
+            new_lora = seq.lora is not None and seq.lora not in loras
+            if not seq.has_blocks and new_lora and len(loras) >= self.max_loras:
+                continue  # waits until a running adapter's sequences finish
+            chunk = self._prefill_chunk(seq, budget, planned, may_preempt=skip is None)
+            if chunk is None:
+                break  # out of blocks: later prefills wait for the next step
+            chunks.append(chunk)
+            planned.add(seq.seq_id)
+            if seq.lora is not None:
+                loras.add(seq.lora)
+            budget -= len(chunk.token_ids)
+        return StepPlan(chunks=tuple(chunks), moves=self.kv.take_moves())
+
     def _room(self, seq: Sequence, spec: SpeculativeConfig) -> int:
         """How many drafts `seq` may take: as many as it accepted last time plus one (at
         most `num_speculative_tokens`), never past its max_tokens or the context limit,
@@ -247,7 +256,9 @@ class Scheduler:
         limit = spec.num_speculative_tokens if limit is None else limit
         return min(limit, self.max_num_batched_tokens - 1, seq.room(self._max_model_len) - 1)
 
-    def _prefill_chunk(self, seq: Sequence, budget: int, planned: set[str]) -> SeqChunk | None:
+    def _prefill_chunk(
+        self, seq: Sequence, budget: int, planned: set[str], *, may_preempt: bool
+    ) -> SeqChunk | None:
         wants_prompt = seq.params.prompt_logprobs is not None
         if not seq.has_blocks:
             # Prompt logprobs need logits at every prompt position: no prefix hit.
@@ -268,7 +279,7 @@ class Scheduler:
             # Sequences with a chunk in this step's plan keep their blocks: the chunk
             # must not write into blocks handed to someone else.
             victim = self._newest_with_blocks(skip=planned)
-            if victim is seq:
+            if victim is seq or not may_preempt:
                 return None  # nothing newer to take blocks from: wait for the next step
             self._preempt(victim)
         return self._chunk(seq, seq.num_computed, end)
@@ -307,24 +318,7 @@ class Scheduler:
     def _chunk(
         self, seq: Sequence, start: int, end: int, drafts: tuple[int, ...] = (), *, ahead=False
     ) -> SeqChunk:
-        """Positions `start`..`end` of `seq`, a placeholder (`ahead`), the `drafts`."""
-        needs_sample = end == len(seq.token_ids)
-        history = needs_sample and seq.params.needs_history
-        return SeqChunk(
-            seq_id=seq.seq_id,
-            token_ids=(*seq.token_ids[start:end], *((PLACEHOLDER,) if ahead else ()), *drafts),
-            num_draft_tokens=len(drafts),
-            start_pos=start,
-            block_ids=self.kv.table(seq.seq_id),
-            params=seq.params,
-            seed=seq.seed,
-            needs_sample=needs_sample,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            prompt_ids=tuple(seq.token_ids[: seq.num_prompt_tokens]) if history else (),
-            output_ids=tuple(seq.token_ids[seq.num_prompt_tokens :]) if history else (),
-            lora=seq.lora,
-            images=tuple(i for i in seq.images if i.positions[0] < end) if seq.images else (),
-        )
+        return seq.chunk(start, end, self.kv.table(seq.seq_id), drafts, ahead=ahead)
 
     def _commit(self, seq: Sequence) -> None:
         """Register the blocks the sequence's computed tokens filled (prefix cache); a

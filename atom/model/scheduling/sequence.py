@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from atom.model.runner import Sampled
+from atom.model.runner import Sampled, SeqChunk
 from atom.vocabulary.events import (
     DraftsVerified,
     FinishReason,
@@ -19,6 +19,8 @@ from atom.vocabulary.images import PromptImage
 
 if TYPE_CHECKING:
     from atom.model.scheduling.beam_search import BeamGroup
+
+PLACEHOLDER = -1  # in a chunk planned ahead: the token the step before samples
 
 
 @dataclass(slots=True, kw_only=True)
@@ -61,6 +63,36 @@ class Sequence:
     @property
     def is_decoding(self) -> bool:
         return self.has_blocks and self.num_computed == len(self.token_ids) - 1
+
+    def chunk(
+        self,
+        start: int,
+        end: int,
+        block_ids: tuple[int, ...],
+        drafts: tuple[int, ...] = (),
+        *,
+        ahead: bool = False,
+    ) -> SeqChunk:
+        """Positions `start`..`end` of it, then a placeholder (`ahead`: for the token
+        the step before samples, atom/model/scheduling/ahead.py), then `drafts`."""
+        needs_sample = end == len(self.token_ids)
+        history = needs_sample and self.params.needs_history
+        num_prompt = self.num_prompt_tokens
+        return SeqChunk(
+            seq_id=self.seq_id,
+            token_ids=(*self.token_ids[start:end], *((PLACEHOLDER,) if ahead else ()), *drafts),
+            num_draft_tokens=len(drafts),
+            start_pos=start,
+            block_ids=block_ids,
+            params=self.params,
+            seed=self.seed,
+            needs_sample=needs_sample,
+            num_prompt_tokens=num_prompt,
+            prompt_ids=tuple(self.token_ids[:num_prompt]) if history else (),
+            output_ids=tuple(self.token_ids[num_prompt:]) if history else (),
+            lora=self.lora,
+            images=tuple(i for i in self.images if i.positions[0] < end) if self.images else (),
+        )
 
 
 def sequence_of(submit: Submit, p_idx: int, choice_idx: int, params: SamplingParams) -> Sequence:
