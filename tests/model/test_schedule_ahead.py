@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from atom.model.runner import Sampled, StepPlan
 from atom.model.scheduling.ahead import PLACEHOLDER, follow
-from atom.model.scheduling.kv_cache import KVCacheManager, check_invariants
+from atom.model.scheduling.kv_cache import check_invariants
 from atom.model.scheduling.scheduler import Scheduler
 from atom.vocabulary.events import SamplingParams, Submit
 from tests.model.test_scheduler import EOS, make, submit
@@ -66,14 +66,7 @@ def test_a_prompt_admitted_meanwhile_gets_its_chunk_in_the_step_ahead() -> None:
 def test_a_prompt_planned_ahead_preempts_nothing() -> None:
     """In lockstep a prompt short of blocks takes them from the last-served sequence;
     ahead it waits (a sequence may still be in the step under way)."""
-    s = Scheduler(
-        kv=KVCacheManager(num_blocks=5, block_size=4),
-        max_num_seqs=4,
-        max_num_batched_tokens=8,
-        eos_token_ids=frozenset({EOS}),
-        max_model_len=64,
-        by_priority=True,
-    )
+    s = make(budget=8, num_blocks=5, by_priority=True)
     params = SamplingParams(temperature=0.0, max_tokens=4)
 
     def prompt(rid: str, first: int, length: int, priority: int) -> Submit:  # no shared prefix

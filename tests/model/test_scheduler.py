@@ -17,6 +17,7 @@ def make(
     max_num_seqs: int = 4,
     num_blocks: int = 64,
     speculation: SpeculativeConfig | None = None,
+    by_priority: bool = False,
 ) -> Scheduler:
     return Scheduler(
         kv=KVCacheManager(num_blocks=num_blocks, block_size=4),
@@ -25,6 +26,7 @@ def make(
         eos_token_ids=frozenset({EOS}),
         max_model_len=64,
         speculation=speculation,
+        by_priority=by_priority,
     )
 
 
@@ -100,14 +102,7 @@ def test_each_choice_is_its_own_sequence_with_its_own_seed() -> None:
 def test_under_priority_the_lowest_value_is_served_first_and_the_highest_preempted() -> None:
     def run(by_priority: bool) -> tuple[list[str], list[str]]:
         """Two decoding sequences of 4-token prompts in 3 blocks of 4: one must yield."""
-        s = Scheduler(
-            kv=KVCacheManager(num_blocks=3, block_size=4),
-            max_num_seqs=4,
-            max_num_batched_tokens=64,
-            eos_token_ids=frozenset({EOS}),
-            max_model_len=64,
-            by_priority=by_priority,
-        )
+        s = make(budget=64, num_blocks=3, by_priority=by_priority)
         params = SamplingParams(temperature=0.0, max_tokens=8)
         s.add(Submit(request_id="old", prompt_ids=(1, 2, 3), params=params, priority=5))
         s.add(Submit(request_id="new", prompt_ids=(4, 5, 6), params=params, priority=0))
