@@ -71,23 +71,51 @@ def make(overlap: bool, *, num_blocks: int = 4096) -> tuple[Batcher, Watched, li
     bus.subscribe(seen.append)
     bus.subscribe(lambda e: stepped.append(e) if isinstance(e.event, EngineStepped) else None)
     runner = Watched(FakeRunner(eos_token_id=0, num_blocks=num_blocks, step_delay_s=0.002), stepped)
+    return batcher_over(runner, bus, overlap, eos_token_ids=runner.eos_token_ids), runner, seen
+
+
+def batcher_over(
+    runner: Any, bus: EventBus, overlap: bool, *, eos_token_ids: frozenset[int]
+) -> Batcher:
+    """A Batcher over `runner` with room for 8 sequences and 64 tokens a step."""
     scheduler = Scheduler(
-        kv=KVCacheManager(num_blocks=num_blocks, block_size=runner.block_size),
+        kv=KVCacheManager(num_blocks=runner.num_blocks, block_size=runner.block_size),
         max_num_seqs=8,
         max_num_batched_tokens=64,
-        eos_token_ids=runner.eos_token_ids,
-        max_model_len=512,
+        eos_token_ids=eos_token_ids,
+        max_model_len=256,
     )
-    device = DeviceThread()
-    batcher = Batcher(
+    return Batcher(
         runner,
         scheduler,
         publish=bus.publish,
         max_queued_requests=8,
-        device=device,
+        device=DeviceThread(),
         overlap=overlap,
-    )  # type: ignore[arg-type]
-    return batcher, runner, seen
+    )
+
+
+async def serve(
+    batcher: Batcher, runner: Any, submits: list[Submit], late: Submit | None = None
+) -> None:
+    """Run `submits` (and `late`, submitted once the first has tokens) to their ends,
+    until the runner has forgotten every sequence (a release may follow the step
+    planned ahead)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        outboxes = [Outbox() for _ in submits]
+        for one, outbox in zip(submits, outboxes, strict=True):
+            batcher.submit_nowait(one, outbox)
+        if late is not None:
+            await outboxes[0].receive_batch()
+            outboxes.append(Outbox())
+            batcher.submit_nowait(late, outboxes[-1])
+        for outbox in outboxes:
+            await drain(outbox)
+        with trio.fail_after(30):
+            while runner.num_sequences():
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
 
 
 def answers(seen: list[Envelope]) -> dict[tuple[str, int], list[tuple[int, ...] | str | None]]:
@@ -117,20 +145,7 @@ async def serve_mix(overlap: bool, *, num_blocks: int = 4096) -> tuple[Watched, 
         ),
     ]
     late = Submit(request_id="late", prompt_ids=(11, 12, 13), params=GREEDY)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(batcher.run)
-        outboxes = [Outbox() for _ in submits]
-        for one, outbox in zip(submits, outboxes, strict=True):
-            batcher.submit_nowait(one, outbox)
-        await outboxes[0].receive_batch()
-        late_box = Outbox()
-        batcher.submit_nowait(late, late_box)
-        for outbox in [*outboxes, late_box]:
-            await drain(outbox)
-        with trio.fail_after(10):
-            while runner.num_sequences():  # a release may follow the step planned ahead
-                await trio.sleep(0.001)
-        nursery.cancel_scope.cancel()
+    await serve(batcher, runner, submits, late)
     return runner, seen
 
 
@@ -191,38 +206,14 @@ async def test_a_tiny_llama_answers_the_same_overlapped() -> None:
         Submit(request_id="s", prompt_ids=(9, 3, 4), params=seeded, choices_per_prompt=2),
     ]
 
-    async def serve(overlap: bool) -> list[Envelope]:
+    async def served(overlap: bool) -> list[Envelope]:
         bus = EventBus(clock=trio.current_time)
         seen: list[Envelope] = []
         bus.subscribe(seen.append)
-        scheduler = Scheduler(
-            kv=KVCacheManager(num_blocks=runner.num_blocks, block_size=runner.block_size),
-            max_num_seqs=8,
-            max_num_batched_tokens=64,
-            eos_token_ids=frozenset({-2}),  # never: every answer runs to max_tokens
-            max_model_len=256,
-        )
-        batcher = Batcher(
-            runner,
-            scheduler,
-            publish=bus.publish,
-            max_queued_requests=8,
-            device=DeviceThread(),
-            overlap=overlap,
-        )
-        async with trio.open_nursery() as nursery:
-            await nursery.start(batcher.run)
-            outboxes = [Outbox() for _ in submits]
-            for one, outbox in zip(submits, outboxes, strict=True):
-                batcher.submit_nowait(one, outbox)
-            for outbox in outboxes:
-                await drain(outbox)
-            with trio.fail_after(30):
-                while runner.num_sequences():
-                    await trio.sleep(0.001)
-            nursery.cancel_scope.cancel()
+        never = frozenset({-2})  # no EOS: every answer runs to max_tokens
+        await serve(batcher_over(runner, bus, overlap, eos_token_ids=never), runner, submits)
         return seen
 
-    alone = answers(await serve(overlap=False))
-    assert answers(await serve(overlap=True)) == alone
+    alone = answers(await served(overlap=False))
+    assert answers(await served(overlap=True)) == alone
     assert [len(alone[("s", i)]) for i in (0, 1)] == [13, 13]  # 12 tokens and "length"
