@@ -35,12 +35,16 @@ def kv_cache_bytes(settings: Settings, device: str, reserve: int = 0) -> int:
     of the device leaves (`share_left`); on CPU 2 GiB."""
     import torch
 
-    if settings.kv_cache_memory_bytes:
-        return settings.kv_cache_memory_bytes
-    if device.startswith("cuda"):
+    if sized_by_share(settings, device):
         free, total = torch.cuda.mem_get_info(torch.device(device))
         return share_left(total, free, settings.gpu_memory_utilization, reserve)
-    return CPU_KV_CACHE_BYTES
+    return settings.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+
+
+def sized_by_share(settings: Settings, device: str) -> bool:
+    """Whether the cache is what --gpu-memory-utilization leaves (CUDA, no explicit
+    --kv-cache-memory-bytes)."""
+    return not settings.kv_cache_memory_bytes and device.startswith("cuda")
 
 
 def share_left(total: int, free: int, utilization: float, reserve: int) -> int:
@@ -58,8 +62,7 @@ def profile_reserve(
     and the cache, measured by running it once on a throwaway cache of its own blocks;
     0 elsewhere, and for a model split across ranks (a step on one rank alone would wait
     for the others). `runner`: the TorchRunner's decode kernel and KV dtype."""
-    split = settings.tensor_parallel_size > 1
-    if settings.kv_cache_memory_bytes or split or not device.startswith("cuda"):
+    if settings.tensor_parallel_size > 1 or not sized_by_share(settings, device):
         return 0
     import torch
 
