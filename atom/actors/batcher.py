@@ -92,7 +92,7 @@ class Batcher(ModelState):
         self._device = device  # every runner call happens on this one thread
         self._disk = None if disk is None else DiskTierLink(disk, scheduler, device)
         self._num_steps = 0
-        self._overlap = overlap  # --async-scheduling: plan a step while the device runs one
+        self._overlap = overlap and disk is None and scheduler.proposer is None  # _step_ahead
         self._ahead: InFlight | None = None  # the step planned ahead, queued on the device
         self._published_usage = 0.0  # the KV usage the last EngineStepped/EngineIdle said
         self._is_reset_asked = False  # POST /reset_prefix_cache, applied between steps
@@ -184,11 +184,10 @@ class Batcher(ModelState):
     def _step_ahead(self, step: InFlight) -> InFlight | None:
         """With overlapped steps: plan the step after `step` and queue it behind `step`
         on the device thread (atom/model/scheduling/ahead.py), unless the next boundary
-        has work that needs an idle device (a model-state job, a prefix-cache reset, the
-        disk tier, drafts) or the Scheduler cannot plan it ahead."""
+        has work that needs an idle device (a model-state job, a prefix-cache reset) or
+        the Scheduler cannot plan it ahead. `_overlap` (--async-scheduling) is off with
+        the disk tier or a proposer: their reads and drafts come at an idle boundary."""
         if self._jobs.is_due(is_running=bool(self._running)) or self._is_reset_asked:
-            return None
-        if self._disk is not None or self._scheduler.proposer is not None:
             return None
         plan = self._scheduler.schedule_ahead(step.plan)
         if plan is None:
